@@ -1,0 +1,1 @@
+"""posexp's Hydra config tree; installed as the package ``posexp.configs``."""

@@ -1,0 +1,3 @@
+from posexp.cli import main
+
+main()

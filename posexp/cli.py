@@ -1,0 +1,190 @@
+"""The command line: the only place that parses argv.
+
+``posexp train`` hands its arguments to Hydra (overrides, ``--cfg job``, ``--config-dir``
+...), after composing them once to turn any config error into one line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from importlib.resources import files
+from pathlib import Path
+
+import typer
+from omegaconf import DictConfig, OmegaConf
+
+from posexp import config as C
+from posexp.errors import PosexpError, UsageError
+
+CONFIG_DIR = str(files("posexp.configs"))
+EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
+# Hydra's flags that take a value; the rest of the arguments are overrides.
+HYDRA_VALUE_FLAGS = {"--config-dir", "-cd", "--config-name", "-cn", "--config-path", "-cp",
+                     "--cfg", "-c", "--package", "-p", "--experimental-rerun"}
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Length-extrapolation experiments: train short, evaluate long, compare encodings.",
+)
+
+
+def fail(error: BaseException) -> None:
+    """Print one line for the error and exit; POSEXP_DEBUG=1 adds the traceback."""
+    if os.environ.get("POSEXP_DEBUG"):
+        traceback.print_exception(error)
+    if isinstance(error, PosexpError):
+        typer.echo(f"posexp: error: {error}", err=True)
+        raise SystemExit(error.exit_code)
+    if isinstance(error, KeyboardInterrupt):
+        typer.echo("posexp: interrupted", err=True)
+        raise SystemExit(130)
+    detail = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    typer.echo(f"posexp: error: {type(error).__name__}: {detail} "
+               "(POSEXP_DEBUG=1 shows the traceback)", err=True)
+    raise SystemExit(1)
+
+
+def one_line(error: Exception) -> str:
+    """Hydra and OmegaConf spread a message over several lines; keep what a user needs."""
+    from hydra.errors import MissingConfigException
+
+    if isinstance(error, MissingConfigException) and error.options is not None:
+        group, _, name = (error.missing_cfg_file or "").rpartition("/")
+        options = [o for o in error.options if not o.endswith("_schema")]
+        return (f"there is no {group or 'config'} {name!r}; available options in "
+                f"'{group}': {', '.join(options)}")
+    lines = []
+    for err in (error, error.__cause__):
+        for line in str(err or "").splitlines():
+            line = line.strip()
+            if line and not line.startswith(("full_key:", "object_type=", "reference_type=")) \
+                    and line not in lines:
+                lines.append(line)
+    text = " ".join(lines).replace("Available options in", "available options in")
+    return text.replace("\t", " ").replace(":  ", ": ")
+
+
+def split_hydra_args(args: list[str]) -> tuple[list[str], dict[str, str]]:
+    """(overrides, {flag: value}) from a Hydra command line."""
+    overrides, flags, i = [], {}, 0
+    while i < len(args):
+        a = args[i]
+        if a in HYDRA_VALUE_FLAGS and i + 1 < len(args):
+            flags[a], i = args[i + 1], i + 2
+        elif a.startswith("-"):
+            flags[a], i = "", i + 1
+        else:
+            overrides.append(a)
+            i += 1
+    return overrides, flags
+
+
+def compose(args: list[str]) -> DictConfig:
+    """Compose the config a Hydra run of ``args`` would get, raising UsageError if it can't."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    overrides, flags = split_hydra_args(args)
+    if "-m" in flags or "--multirun" in flags:
+        raise UsageError("posexp train runs one config; use posexp sweep for several")
+    extra_dir = flags.get("--config-dir") or flags.get("-cd")
+    if extra_dir:
+        if not Path(extra_dir).is_dir():
+            raise UsageError(f"--config-dir {extra_dir!r} is not a directory")
+        overrides = [f"hydra.searchpath=[file://{Path(extra_dir).resolve()}]", *overrides]
+    name = flags.get("--config-name") or flags.get("-cn") or "config"
+    try:
+        with initialize_config_dir(CONFIG_DIR, version_base="1.3"):
+            cfg = hydra_compose(name, overrides=overrides)
+    except (HydraException, OmegaConfBaseException, ValueError) as e:
+        raise UsageError(one_line(e)) from None
+    C.check(cfg)
+    return cfg
+
+
+def hydra_main(task: Callable[[DictConfig], object], args: list[str]) -> None:
+    """Run ``task`` under Hydra's own entry point with ``args`` as its command line."""
+    import hydra
+
+    @hydra.main(config_path=CONFIG_DIR, config_name="config", version_base="1.3")
+    def entry(cfg: DictConfig) -> None:
+        try:
+            task(cfg)
+        except BaseException as e:  # Hydra would print a traceback; posexp prints one line
+            fail(e)
+
+    sys.argv = ["posexp", *args]
+    entry()
+
+
+@app.command(context_settings=EXTRA)
+def train(ctx: typer.Context) -> None:
+    """Train one model and evaluate it at longer lengths.
+
+    Arguments are Hydra overrides, e.g. `posexp train encoding=alibi train.seq_len=128
+    eval.lengths=[128,256,512]`; `--cfg job` prints the composed config without running.
+    """
+    from posexp.train import run_training
+
+    try:
+        compose(ctx.args)
+    except PosexpError as e:
+        fail(e)
+    hydra_main(run_training, ctx.args)
+
+
+@app.command("eval", context_settings=EXTRA)
+def eval_(
+    ctx: typer.Context,
+    run_dir: Path = typer.Argument(..., help="A run directory written by posexp train."),
+) -> None:
+    """Score a trained run again at other lengths or in another mode.
+
+    Overrides may change `eval.*` and `device`, e.g. `posexp eval RUN eval.mode=sliding
+    eval.stride=64`; the new points are written to eval.json beside the old ones.
+    """
+    from posexp.runs import Run
+    from posexp.train import reevaluate
+
+    try:
+        run = Run.open(run_dir)
+        cfg = apply_overrides(run.config(), ctx.args, allowed=("eval.", "device"))
+        if "--cfg" in ctx.args or "-c" in ctx.args:
+            typer.echo(OmegaConf.to_yaml(cfg))
+            return
+        reevaluate(run, cfg)
+    except BaseException as e:
+        fail(e)
+
+
+def apply_overrides(saved: DictConfig, args: list[str], allowed: tuple[str, ...]) -> DictConfig:
+    """The schema-checked config of a saved run with Hydra-syntax overrides applied."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    overrides, _ = split_hydra_args(args)
+    try:
+        cfg = OmegaConf.merge(OmegaConf.structured(C.Config), saved)
+        OmegaConf.set_struct(cfg, True)
+        for o in OverridesParser.create().parse_overrides(overrides):
+            key = o.key_or_group
+            if not key.startswith(allowed):
+                raise UsageError(f"posexp eval can change only {', '.join(allowed)}*; "
+                                 f"got {key!r}")
+            OmegaConf.update(cfg, key, o.value(), merge=False)
+    except (HydraException, OmegaConfBaseException, ValueError) as e:
+        raise UsageError(one_line(e)) from None
+    return cfg
+
+
+def main() -> None:
+    C.register()
+    app()

@@ -1,0 +1,194 @@
+"""Structured-config schemas, registered with Hydra's ConfigStore.
+
+The YAML files under ``configs/`` pick values; these dataclasses say which keys exist and
+what type each has, so a misspelt key or a wrong type fails while Hydra composes the
+config.  ``check`` adds the rules that types alone cannot say (positive lengths, heads that
+divide the model width, ...); it runs before anything touches the disk.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from posexp.errors import UsageError
+
+
+class Device(str, Enum):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class EvalMode(str, Enum):
+    nonoverlapping = "nonoverlapping"
+    sliding = "sliding"
+
+
+@dataclass
+class ModelConfig:
+    d_model: int = 128
+    n_layer: int = 4
+    n_head: int = 4
+    d_ff: int | None = None  # default 4 * d_model
+    dropout: float = 0.0
+    tie_weights: bool = True
+
+
+@dataclass
+class EncodingConfig:
+    name: str = MISSING
+    max_positions: int | None = None  # learned: rows in the table; default train.seq_len
+    base: float = 10000.0  # rope: theta_i = base^(-2i/d_head)
+
+
+@dataclass
+class DataConfig:
+    name: str = MISSING  # stdlib | text
+    path: str | None = None  # text: a file or a directory
+    glob: str = "**/*"  # text, directory: which files
+    val_fraction: float = 0.02  # share of documents held out, chosen by a hash of their name
+    cache_dir: str | None = None  # default $POSEXP_CACHE or ~/.cache/posexp
+
+
+@dataclass
+class TrainConfig:
+    seq_len: int = 64
+    tokens: int = 2_000_000
+    batch_size: int = 32
+    lr: float = 2e-3
+    min_lr_ratio: float = 0.1
+    warmup_tokens: int = 100_000
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    log_every: int = 20  # steps between training-curve points
+    val_every_tokens: int = 500_000
+    val_tokens: int = 16_384
+
+
+@dataclass
+class EvalConfig:
+    lengths: list[int] | None = None  # default 1, 2, 4, 8, 16 x train.seq_len
+    mode: EvalMode = EvalMode.nonoverlapping
+    stride: int | None = None  # sliding: default half of each window
+    tokens: int = 32_768
+    batch_tokens: int = 32_768  # tokens per forward pass
+    per_position_buckets: int = 64
+
+
+@dataclass
+class LoggerConfig:
+    name: str = "local"
+
+
+@dataclass
+class Config:
+    encoding: EncodingConfig = MISSING
+    model: ModelConfig = MISSING
+    data: DataConfig = MISSING
+    train: TrainConfig = MISSING
+    eval: EvalConfig = MISSING
+    logger: LoggerConfig = MISSING
+    seed: int = 0
+    device: Device = Device.auto
+    results_dir: str = "results"
+    experiment: str = "default"
+    run_name: str | None = None  # default <encoding>-L<seq_len>-s<seed>
+
+
+def register() -> None:
+    cs = ConfigStore.instance()
+    cs.store(name="posexp_schema", node=Config)
+    for group, node in [
+        ("model", ModelConfig),
+        ("encoding", EncodingConfig),
+        ("data", DataConfig),
+        ("train", TrainConfig),
+        ("eval", EvalConfig),
+        ("logger", LoggerConfig),
+    ]:
+        cs.store(group=group, name=f"{group}_schema", node=node)
+
+
+def eval_lengths(cfg: DictConfig) -> list[int]:
+    lengths = cfg.eval.lengths
+    if lengths is None:
+        return [cfg.train.seq_len * k for k in (1, 2, 4, 8, 16)]
+    return list(lengths)
+
+
+def run_name(cfg: DictConfig) -> str:
+    return cfg.run_name or f"{cfg.encoding.name}-L{cfg.train.seq_len}-s{cfg.seed}"
+
+
+def _positive(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise UsageError(f"{name} must be a positive integer, got {value!r}")
+
+
+def check(cfg: DictConfig) -> None:
+    """Reject configs that compose but cannot run, with one line naming the key."""
+    missing = sorted(OmegaConf.missing_keys(cfg))
+    if missing:
+        raise UsageError(f"{', '.join(missing)} must be set (e.g. {missing[0]}=...)")
+    if cfg.data.name == "text" and not cfg.data.path:
+        raise UsageError("data=text needs data.path=FILE_OR_DIR")
+    m = cfg.model
+    for key in ("d_model", "n_layer", "n_head"):
+        _positive(f"model.{key}", m[key])
+    if m.d_ff is not None:
+        _positive("model.d_ff", m.d_ff)
+    if m.d_model % m.n_head:
+        raise UsageError(
+            f"model.d_model ({m.d_model}) must be divisible by model.n_head ({m.n_head})"
+        )
+    if not 0.0 <= m.dropout < 1.0:
+        raise UsageError(f"model.dropout must be in [0, 1), got {m.dropout}")
+    if cfg.encoding.name == "rope" and (m.d_model // m.n_head) % 2:
+        raise UsageError(
+            f"rope needs an even head dimension; d_model/n_head = {m.d_model // m.n_head}"
+        )
+    if cfg.encoding.max_positions is not None:
+        _positive("encoding.max_positions", cfg.encoding.max_positions)
+    if cfg.encoding.base <= 1.0:
+        raise UsageError(f"encoding.base must be greater than 1, got {cfg.encoding.base}")
+    t = cfg.train
+    for key in ("seq_len", "tokens", "batch_size", "log_every", "val_every_tokens", "val_tokens"):
+        _positive(f"train.{key}", t[key])
+    if t.warmup_tokens < 0:
+        raise UsageError(f"train.warmup_tokens must be >= 0, got {t.warmup_tokens}")
+    if t.lr <= 0:
+        raise UsageError(f"train.lr must be positive, got {t.lr}")
+    if t.tokens < t.seq_len * t.batch_size:
+        raise UsageError(
+            f"train.tokens ({t.tokens}) is less than one batch "
+            f"(train.batch_size x train.seq_len = {t.batch_size * t.seq_len})"
+        )
+    if not 0.0 < cfg.data.val_fraction < 1.0:
+        raise UsageError(f"data.val_fraction must be in (0, 1), got {cfg.data.val_fraction}")
+    check_eval(cfg)
+
+
+def check_eval(cfg: DictConfig) -> None:
+    e = cfg.eval
+    lengths = eval_lengths(cfg)
+    if not lengths:
+        raise UsageError("eval.lengths is empty")
+    for length in lengths:
+        _positive("each of eval.lengths", length)
+    for key in ("tokens", "batch_tokens", "per_position_buckets"):
+        _positive(f"eval.{key}", e[key])
+    if e.stride is not None:
+        _positive("eval.stride", e.stride)
+        if e.mode == EvalMode.sliding and e.stride >= min(lengths):
+            raise UsageError(
+                f"eval.stride ({e.stride}) must be smaller than every window; "
+                f"the shortest of eval.lengths is {min(lengths)}"
+            )
+    if e.mode == EvalMode.sliding and e.stride is None and min(lengths) < 2:
+        raise UsageError("sliding evaluation needs windows of at least 2 tokens")

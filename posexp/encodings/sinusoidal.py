@@ -1,0 +1,41 @@
+"""Sinusoidal positions (Vaswani et al. 2017), added to the token embeddings.
+
+PE(pos, 2i) = sin(pos / 10000^(2i/d)),  PE(pos, 2i+1) = cos(pos / 10000^(2i/d)).
+Each (sin, cos) pair turns by a fixed angle per step, so PE(pos + k) is a fixed rotation of
+PE(pos) and PE(a) . PE(b) = sum_i cos((a - b) * w_i) depends only on a - b.
+
+As in the paper, the token embeddings are multiplied by sqrt(d_model) before the table is
+added; otherwise the unit-size sines drown small-initialised token embeddings.
+"""
+
+import math
+
+import torch
+
+from posexp.encodings.base import PositionalEncoding
+
+
+def sinusoidal_table(
+    seq_len: int, d_model: int, device: torch.device | None = None
+) -> torch.Tensor:
+    """[seq_len, d_model] in float32, sin on even and cos on odd dimensions."""
+    two_i = torch.arange(0, d_model, 2, device=device, dtype=torch.float64)
+    inv_freq = 10000.0 ** (-two_i / d_model)
+    angles = torch.arange(seq_len, device=device, dtype=torch.float64)[:, None] * inv_freq
+    table = torch.empty(seq_len, d_model, device=device, dtype=torch.float64)
+    table[:, 0::2] = angles.sin()
+    table[:, 1::2] = angles.cos()[:, : d_model // 2]
+    return table.float()
+
+
+class SinusoidalPositions(PositionalEncoding):
+    def __init__(self, d_model: int) -> None:
+        super().__init__()
+        self.d_model = d_model
+        self.token_scale = math.sqrt(d_model)
+        self.register_buffer("table", torch.empty(0, d_model), persistent=False)
+
+    def embedding(self, seq_len: int, device: torch.device) -> torch.Tensor:
+        if self.table.shape[0] < seq_len or self.table.device != device:
+            self.table = sinusoidal_table(seq_len, self.d_model, device)
+        return self.table[:seq_len]

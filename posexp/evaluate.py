@@ -1,0 +1,190 @@
+"""Extrapolation curves: the same validation tokens scored with windows of every length.
+
+The scored tokens are the validation stream's targets ``first+1 .. first+N`` with
+``first = max(lengths)`` and ``N = eval.tokens``, whatever the length or mode, so every
+point of a curve (and both modes) is measured on identical text and every window can start
+inside the stream.
+
+A window of length L ending at stream position e reads tokens ``e-L .. e-1`` and predicts
+``e-L+1 .. e``; it scores only its last ``c`` predictions.
+
+* nonoverlapping: windows end at first+L, first+2L, ...; each scores all L tokens, so early
+  positions in each window have little context (the "early token curse").
+* sliding (stride S): windows end at first+S, first+2S, ...; each scores its last S tokens,
+  so every token is scored once, with at least L-S tokens of context.
+
+Nonoverlapping is sliding with S = L.  If S does not divide N, one last window ends at
+first+N and scores the tokens not yet scored.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from contextlib import nullcontext
+
+import numpy as np
+import torch
+
+from posexp.errors import UsageError
+from posexp.model import GPT
+
+
+def window_plan(first: int, n_tokens: int, stride: int) -> tuple[np.ndarray, np.ndarray]:
+    """Window end positions and how many trailing predictions each window scores."""
+    ends = np.arange(first + stride, first + n_tokens + 1, stride)
+    counts = np.full(ends.shape, stride)
+    if n_tokens % stride:
+        ends = np.append(ends, first + n_tokens)
+        counts = np.append(counts, n_tokens % stride)
+    return ends, counts
+
+
+def needed_val_tokens(lengths: list[int], n_tokens: int) -> int:
+    return max(lengths) + n_tokens + 1
+
+
+def check_val_size(val_size: int, lengths: list[int], n_tokens: int) -> None:
+    need = needed_val_tokens(lengths, n_tokens)
+    if val_size < need:
+        raise UsageError(
+            f"the validation split has {val_size} tokens; evaluating eval.tokens={n_tokens} at "
+            f"lengths up to {max(lengths)} needs {need}. Lower eval.tokens or eval.lengths, "
+            "or raise data.val_fraction"
+        )
+
+
+def autocast(device: torch.device):
+    """bf16 autocast on CUDA; plain fp32 on CPU (bf16 is far slower on AVX2 CPUs)."""
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return nullcontext()
+
+
+@torch.no_grad()
+def score_windows(
+    model: GPT,
+    val: np.ndarray,
+    length: int,
+    stride: int,
+    first: int,
+    n_tokens: int,
+    batch_tokens: int,
+    device: torch.device,
+    per_position: bool = False,
+) -> tuple[float, np.ndarray | None]:
+    """Summed loss (nats) over the N scored tokens, and the per-position mean loss over the
+    full windows when asked."""
+    ends, counts = window_plan(first, n_tokens, stride)
+    offsets = np.arange(-length, 1)
+    rows = max(1, batch_tokens // length)
+    positions = torch.arange(length, device=device)
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    pos_sum = torch.zeros(length, dtype=torch.float64, device=device)
+    pos_windows = 0
+    for start in range(0, len(ends), rows):
+        e, c = ends[start : start + rows], counts[start : start + rows]
+        tokens = torch.from_numpy(val[e[:, None] + offsets].astype(np.int64)).to(device)
+        with autocast(device):
+            losses = model.token_losses(tokens[:, :-1], tokens[:, 1:])
+        scored = positions[None, :] >= length - torch.from_numpy(c).to(device)[:, None]
+        total += (losses * scored).sum(dtype=torch.float64)
+        if per_position:
+            full = torch.from_numpy(c == length).to(device)
+            pos_sum += losses[full].sum(0, dtype=torch.float64)
+            pos_windows += int(full.sum())
+    pos_mean = (pos_sum / pos_windows).cpu().numpy() if per_position and pos_windows else None
+    return float(total), pos_mean
+
+
+def bucket(values: np.ndarray, n_buckets: int) -> tuple[list[int], list[float]]:
+    """Mean of ``values`` over n_buckets equal runs of positions; returns (first position, mean)."""
+    size = max(1, math.ceil(len(values) / n_buckets))
+    starts = list(range(0, len(values), size))
+    return starts, [float(values[s : s + size].mean()) for s in starts]
+
+
+def point(mode: str, length: int, stride: int, first: int, n_tokens: int) -> dict:
+    return {
+        "mode": mode,
+        "length": length,
+        "stride": stride,
+        "first_token": first,
+        "tokens": n_tokens,
+        "applicable": True,
+        "reason": None,
+        "loss": None,
+        "ppl": None,
+        "bits_per_token": None,
+        "seconds": None,
+    }
+
+
+def extrapolation_curve(
+    model: GPT,
+    val: np.ndarray,
+    lengths: list[int],
+    mode: str,
+    stride: int | None,
+    n_tokens: int,
+    batch_tokens: int,
+    per_position_buckets: int,
+    device: torch.device,
+) -> tuple[list[dict], dict | None]:
+    """One point per length, and the per-position loss at the longest applicable length."""
+    check_val_size(len(val), lengths, n_tokens)
+    first = max(lengths)
+    limit = model.max_positions
+    applicable = [L for L in lengths if limit is None or limit >= L]
+    longest = max(applicable, default=None)
+    model.eval()
+    curve, per_position = [], None
+    for length in sorted(lengths):
+        s = length if mode == "nonoverlapping" else (stride or max(1, length // 2))
+        p = point(mode, length, s, first, n_tokens)
+        if length not in applicable:
+            p["applicable"] = False
+            p["reason"] = (
+                f"{model.cfg.encoding} positions stop at {limit}; there is no position "
+                f"{limit} or beyond to evaluate {length} tokens"
+            )
+            curve.append(p)
+            continue
+        want_positions = length == longest and mode == "nonoverlapping"
+        t0 = time.perf_counter()
+        total, pos_mean = score_windows(
+            model, val, length, s, first, n_tokens, batch_tokens, device, want_positions
+        )
+        p["seconds"] = round(time.perf_counter() - t0, 3)
+        p["loss"] = total / n_tokens
+        p["ppl"] = math.exp(p["loss"])
+        p["bits_per_token"] = p["loss"] / math.log(2)
+        curve.append(p)
+        if pos_mean is not None:
+            per_position = per_position_record(length, first, n_tokens, pos_mean,
+                                               per_position_buckets)
+    if per_position is None and longest is not None:
+        # sliding mode scores only the tail of each window; the per-position curve needs
+        # whole windows, so it takes one nonoverlapping pass at the longest length
+        _, pos_mean = score_windows(
+            model, val, longest, longest, first, n_tokens, batch_tokens, device, True
+        )
+        if pos_mean is not None:
+            per_position = per_position_record(longest, first, n_tokens, pos_mean,
+                                               per_position_buckets)
+    return curve, per_position
+
+
+def per_position_record(
+    length: int, first: int, n_tokens: int, pos_mean: np.ndarray, n_buckets: int
+) -> dict:
+    starts, means = bucket(pos_mean, n_buckets)
+    return {
+        "length": length,
+        "first_token": first,
+        "tokens": n_tokens,
+        "windows": n_tokens // length,
+        "bucket_size": starts[1] - starts[0] if len(starts) > 1 else length,
+        "position": starts,
+        "loss": means,
+    }

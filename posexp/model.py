@@ -1,0 +1,142 @@
+"""A GPT-style pre-LayerNorm decoder that asks its positional encoding for what it needs."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from posexp.attention import causal_attention
+from posexp.encodings import PositionalEncoding, build_encoding
+from posexp.encodings.rope import apply_rotary
+
+
+@dataclass
+class GPTConfig:
+    vocab_size: int
+    d_model: int
+    n_layer: int
+    n_head: int
+    d_ff: int
+    encoding: str
+    max_positions: int  # learned: rows in the table; other encodings ignore it
+    rope_base: float = 10000.0
+    dropout: float = 0.0
+    tie_weights: bool = True
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.n_head = cfg.n_head
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+        self.dropout = cfg.dropout
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        rotary: tuple[torch.Tensor, torch.Tensor] | None,
+        slopes: torch.Tensor | None,
+    ) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.n_head, d // self.n_head).permute(2, 0, 3, 1, 4)
+        if rotary is not None:
+            q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
+        y = causal_attention(q, k, v, slopes, self.dropout if self.training else 0.0)
+        return self.proj(y.transpose(1, 2).reshape(b, t, d))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(cfg.d_model)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln2 = nn.LayerNorm(cfg.d_model)
+        self.mlp = nn.Sequential(
+            nn.Linear(cfg.d_model, cfg.d_ff, bias=False),
+            nn.GELU(),
+            nn.Linear(cfg.d_ff, cfg.d_model, bias=False),
+        )
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x, rotary, slopes):
+        x = x + self.drop(self.attn(self.ln1(x), rotary, slopes))
+        return x + self.drop(self.mlp(self.ln2(x)))
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.encoding: PositionalEncoding = build_encoding(
+            cfg.encoding, cfg.d_model, cfg.n_head, cfg.max_positions, cfg.rope_base
+        )
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(cfg.d_model)
+        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.tie_weights:
+            self.head.weight = self.tok_emb.weight
+        self.apply(self._init_weights)
+        # GPT-2: scale the residual projections by 1/sqrt(2 * n_layer)
+        for name, p in self.named_parameters():
+            if name.endswith(("attn.proj.weight", "mlp.2.weight")):
+                nn.init.normal_(p, std=0.02 / math.sqrt(2 * cfg.n_layer))
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=0.02)
+
+    @property
+    def max_positions(self) -> int | None:
+        return self.encoding.max_positions
+
+    def n_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def hidden(self, idx: torch.Tensor) -> torch.Tensor:
+        """Final-norm hidden states [batch, seq, d_model] for token ids [batch, seq]."""
+        seq_len = idx.shape[1]
+        x = self.tok_emb(idx)
+        if self.encoding.token_scale != 1.0:
+            x = x * self.encoding.token_scale
+        pe = self.encoding.embedding(seq_len, idx.device)
+        if pe is not None:
+            x = x + pe
+        x = self.drop(x)
+        rotary = self.encoding.rotary(seq_len, idx.device)
+        slopes = self.encoding.attention_slopes()
+        for block in self.blocks:
+            x = block(x, rotary, slopes)
+        return self.ln_f(x)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Mean cross-entropy (nats per token) of targets given idx."""
+        logits = self.head(self.hidden(idx))
+        return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+
+    def token_losses(
+        self, idx: torch.Tensor, targets: torch.Tensor, chunk_tokens: int = 1 << 16
+    ) -> torch.Tensor:
+        """Per-token loss [batch, seq] in float32.
+
+        The output layer runs over chunks of positions so that [batch, seq, vocab] logits
+        never exist at once, which keeps long windows and large vocabularies in bounded memory.
+        """
+        h = self.hidden(idx)
+        step = max(1, chunk_tokens // h.shape[0])
+        losses = []
+        for start in range(0, h.shape[1], step):
+            logits = self.head(h[:, start : start + step]).float()
+            losses.append(
+                F.cross_entropy(
+                    logits.transpose(1, 2), targets[:, start : start + step], reduction="none"
+                )
+            )
+        return torch.cat(losses, dim=1)

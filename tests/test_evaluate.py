@@ -1,0 +1,102 @@
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from posexp.errors import UsageError
+from posexp.evaluate import bucket, check_val_size, extrapolation_curve, window_plan
+from posexp.model import GPT, GPTConfig
+
+
+def scored_targets(first, n, length, stride):
+    """Stream positions each window scores, and the context each scored token had."""
+    ends, counts = window_plan(first, n, stride)
+    targets, context = [], []
+    for e, c in zip(ends, counts, strict=True):
+        assert e - length >= 0
+        for t in range(e - c + 1, e + 1):
+            targets.append(t)
+            context.append(t - (e - length + 1))  # tokens before t inside the window
+    return targets, context
+
+
+@pytest.mark.parametrize("length,stride,n", [(16, 16, 160), (16, 16, 170), (32, 8, 100),
+                                              (64, 63, 1000), (8, 1, 50)])
+def test_every_token_scored_exactly_once(length, stride, n):
+    first = 64
+    targets, context = scored_targets(first, n, length, stride)
+    assert sorted(targets) == list(range(first + 1, first + n + 1))
+    if stride < length:  # sliding: at least L - S tokens of context for every token
+        assert min(context) >= length - stride
+
+
+def test_same_tokens_at_every_length():
+    first, n = 256, 1000
+    sets = {L: sorted(scored_targets(first, n, L, L)[0]) for L in (16, 64, 256)}
+    assert sets[16] == sets[64] == sets[256]
+
+
+def test_bucket_means():
+    starts, means = bucket(np.arange(8, dtype=float), 4)
+    assert starts == [0, 2, 4, 6] and means == [0.5, 2.5, 4.5, 6.5]
+
+
+def test_val_size_check_names_the_numbers():
+    with pytest.raises(UsageError, match=r"has 100 tokens.*needs 1089"):
+        check_val_size(100, [64, 1024], 64)
+
+
+def _model(encoding="rope", max_positions=32):
+    torch.manual_seed(0)
+    return GPT(GPTConfig(vocab_size=256, d_model=32, n_layer=2, n_head=4, d_ff=64,
+                         encoding=encoding, max_positions=max_positions))
+
+
+def test_curve_matches_direct_loss():
+    """The nonoverlapping point at L equals the plain cross-entropy of the same windows."""
+    model = _model()
+    rng = np.random.default_rng(0)
+    val = rng.integers(0, 256, 2000).astype(np.uint8)
+    first, n, L = 64, 256, 32
+    curve, per_pos = extrapolation_curve(model, val, [32, 64], "nonoverlapping", None, n,
+                                         batch_tokens=64, per_position_buckets=8,
+                                         device=torch.device("cpu"))
+    windows = torch.from_numpy(val[first : first + n + 1].astype(np.int64))
+    losses = []
+    with torch.no_grad():
+        for s in range(0, n, L):
+            x, y = windows[s : s + L][None], windows[s + 1 : s + L + 1][None]
+            losses.append(F.cross_entropy(model.head(model.hidden(x))[0], y[0], reduction="none"))
+    direct = torch.cat(losses)
+    assert curve[0]["length"] == 32 and curve[0]["tokens"] == n
+    assert curve[0]["loss"] == pytest.approx(direct.mean().item(), rel=1e-5)
+    assert curve[0]["ppl"] == pytest.approx(math.exp(curve[0]["loss"]))
+    assert curve[0]["bits_per_token"] == pytest.approx(curve[0]["loss"] / math.log(2))
+    # per-position curve at the longest length (64): 4 windows, 8 buckets of 8 positions
+    assert per_pos["length"] == 64 and per_pos["windows"] == 4
+    assert per_pos["position"] == list(range(0, 64, 8)) and len(per_pos["loss"]) == 8
+
+
+def test_sliding_equals_nonoverlapping_when_stride_is_window():
+    model = _model("alibi")
+    val = np.random.default_rng(1).integers(0, 256, 3000).astype(np.uint8)
+    args = dict(n_tokens=500, batch_tokens=100, per_position_buckets=4,
+                device=torch.device("cpu"))
+    non, _ = extrapolation_curve(model, val, [40], "nonoverlapping", None, **args)
+    sli, _ = extrapolation_curve(model, val, [40], "sliding", 40 - 1, **args)
+    same, _ = extrapolation_curve(model, val, [40], "sliding", None, **args)
+    assert non[0]["stride"] == 40 and same[0]["stride"] == 20
+    assert sli[0]["tokens"] == non[0]["tokens"] == 500
+    assert sli[0]["loss"] != pytest.approx(non[0]["loss"], rel=1e-6)
+
+
+def test_learned_is_not_applicable_past_its_table():
+    model = _model("learned", max_positions=32)
+    val = np.random.default_rng(2).integers(0, 256, 2000).astype(np.uint8)
+    curve, per_pos = extrapolation_curve(model, val, [32, 64, 128], "nonoverlapping", None,
+                                         256, 256, 4, torch.device("cpu"))
+    assert [p["applicable"] for p in curve] == [True, False, False]
+    assert curve[1]["loss"] is None and "stop at 32" in curve[1]["reason"]
+    assert per_pos["length"] == 32
