@@ -98,7 +98,7 @@ class Config:
     device: Device = Device.auto
     results_dir: str = "results"
     experiment: str = "default"
-    run_name: str | None = None  # default <encoding>-L<seq_len>-s<seed>
+    run_name: str = "${encoding.name}-L${train.seq_len}-s${seed}"
 
 
 def register() -> None:
@@ -122,10 +122,6 @@ def eval_lengths(cfg: DictConfig) -> list[int]:
     return list(lengths)
 
 
-def run_name(cfg: DictConfig) -> str:
-    return cfg.run_name or f"{cfg.encoding.name}-L{cfg.train.seq_len}-s{cfg.seed}"
-
-
 def _positive(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise UsageError(f"{name} must be a positive integer, got {value!r}")
@@ -133,6 +129,8 @@ def _positive(name: str, value: object) -> None:
 
 def check(cfg: DictConfig) -> None:
     """Reject configs that compose but cannot run, with one line naming the key."""
+    if not cfg.run_name or "/" in cfg.run_name or cfg.run_name.startswith("."):
+        raise UsageError(f"run_name must be a plain directory name, got {cfg.run_name!r}")
     missing = sorted(OmegaConf.missing_keys(cfg))
     if missing:
         raise UsageError(f"{', '.join(missing)} must be set (e.g. {missing[0]}=...)")

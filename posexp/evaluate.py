@@ -116,6 +116,7 @@ def point(mode: str, length: int, stride: int, first: int, n_tokens: int) -> dic
         "loss": None,
         "ppl": None,
         "bits_per_token": None,
+        "bits_per_byte": None,
         "seconds": None,
     }
 
@@ -130,10 +131,17 @@ def extrapolation_curve(
     batch_tokens: int,
     per_position_buckets: int,
     device: torch.device,
+    token_bytes: np.ndarray | None = None,
 ) -> tuple[list[dict], dict | None]:
-    """One point per length, and the per-position loss at the longest applicable length."""
+    """One point per length, and the per-position loss at the longest applicable length.
+
+    ``token_bytes[id]`` is how many bytes token ``id`` decodes to (None: one byte each), so
+    that bits per byte compare runs with different tokenizers.
+    """
     check_val_size(len(val), lengths, n_tokens)
     first = max(lengths)
+    targets = np.asarray(val[first + 1 : first + n_tokens + 1], dtype=np.int64)
+    n_bytes = int(token_bytes[targets].sum()) if token_bytes is not None else n_tokens
     limit = model.max_positions
     applicable = [L for L in lengths if limit is None or limit >= L]
     longest = max(applicable, default=None)
@@ -159,6 +167,7 @@ def extrapolation_curve(
         p["loss"] = total / n_tokens
         p["ppl"] = math.exp(p["loss"])
         p["bits_per_token"] = p["loss"] / math.log(2)
+        p["bits_per_byte"] = total / n_bytes / math.log(2)
         curve.append(p)
         if pos_mean is not None:
             per_position = per_position_record(length, first, n_tokens, pos_mean,

@@ -117,7 +117,7 @@ class Run:
         run.write_info({"status": "running", "started_at": now()})
         for name in (EVAL, CHECKPOINT, METRICS):
             (path / name).unlink(missing_ok=True)
-        atomic_write_text(path / CONFIG, OmegaConf.to_yaml(cfg))
+        atomic_write_text(path / CONFIG, OmegaConf.to_yaml(cfg, resolve=True))
         return run
 
     @classmethod

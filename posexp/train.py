@@ -153,7 +153,7 @@ def evaluate_run(model: GPT, corpus: Corpus, cfg: DictConfig, run: Run,
     t0 = time.perf_counter()
     curve, per_position = extrapolation_curve(
         model, corpus.val, C.eval_lengths(cfg), C.EvalMode(e.mode).value, e.stride, e.tokens,
-        e.batch_tokens, e.per_position_buckets, device,
+        e.batch_tokens, e.per_position_buckets, device, corpus.token_bytes,
     )
     seconds = time.perf_counter() - t0
     run.write_eval(curve, per_position, train_seq_len=cfg.train.seq_len,
@@ -173,9 +173,9 @@ def run_training(cfg: DictConfig) -> Path:
     check_val_size(len(corpus.val), C.eval_lengths(cfg), cfg.eval.tokens)
     torch.manual_seed(cfg.seed)
     model = build_model(cfg, corpus.vocab_size).to(device)
-    path = Path(cfg.results_dir) / cfg.experiment / C.run_name(cfg)
+    path = Path(cfg.results_dir) / cfg.experiment / cfg.run_name
     run = Run.create(path, cfg)
-    run.update(name=C.run_name(cfg), experiment=cfg.experiment, encoding=cfg.encoding.name,
+    run.update(name=cfg.run_name, experiment=cfg.experiment, encoding=cfg.encoding.name,
                seq_len=cfg.train.seq_len, seed=cfg.seed, device=str(device),
                n_params=model.n_params(), corpus=corpus.describe(), versions=versions(),
                code_version=code_version())

@@ -74,6 +74,7 @@ def test_curve_matches_direct_loss():
     assert curve[0]["loss"] == pytest.approx(direct.mean().item(), rel=1e-5)
     assert curve[0]["ppl"] == pytest.approx(math.exp(curve[0]["loss"]))
     assert curve[0]["bits_per_token"] == pytest.approx(curve[0]["loss"] / math.log(2))
+    assert curve[0]["bits_per_byte"] == pytest.approx(curve[0]["bits_per_token"])
     # per-position curve at the longest length (64): 4 windows, 8 buckets of 8 positions
     assert per_pos["length"] == 64 and per_pos["windows"] == 4
     assert per_pos["position"] == list(range(0, 64, 8)) and len(per_pos["loss"]) == 8
@@ -90,6 +91,18 @@ def test_sliding_equals_nonoverlapping_when_stride_is_window():
     assert non[0]["stride"] == 40 and same[0]["stride"] == 20
     assert sli[0]["tokens"] == non[0]["tokens"] == 500
     assert sli[0]["loss"] != pytest.approx(non[0]["loss"], rel=1e-6)
+
+
+def test_bits_per_byte_counts_the_bytes_of_the_scored_tokens():
+    model = _model()
+    val = np.random.default_rng(3).integers(0, 256, 2000).astype(np.uint8)
+    token_bytes = np.where(np.arange(256) % 2 == 0, 1, 3)  # odd ids stand for 3 bytes
+    curve, _ = extrapolation_curve(model, val, [32], "nonoverlapping", None, 320, 320, 4,
+                                   torch.device("cpu"), token_bytes)
+    n_bytes = token_bytes[val[33:353]].sum()
+    assert curve[0]["bits_per_byte"] == pytest.approx(
+        curve[0]["loss"] * 320 / n_bytes / math.log(2))
+    assert curve[0]["bits_per_byte"] < curve[0]["bits_per_token"]
 
 
 def test_learned_is_not_applicable_past_its_table():

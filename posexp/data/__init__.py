@@ -29,6 +29,7 @@ class Corpus:
     vocab_size: int
     fingerprint: str
     documents: dict[str, int]  # split -> number of documents
+    token_bytes: np.ndarray  # bytes each token id decodes to, for bits per byte
 
     def describe(self) -> dict:
         return {
@@ -94,4 +95,5 @@ def load_corpus(cfg: DictConfig) -> Corpus:
         cache_root(cfg.cache_dir) / f"{source}-byte-{fingerprint[:16]}",
         {"train": np.frombuffer(train, dtype=np.uint8), "val": np.frombuffer(val, dtype=np.uint8)},
     )
-    return Corpus(source, arrays["train"], arrays["val"], VOCAB_SIZE, fingerprint, counts)
+    return Corpus(source, arrays["train"], arrays["val"], VOCAB_SIZE, fingerprint, counts,
+                  token_bytes=np.ones(VOCAB_SIZE, dtype=np.int64))
