@@ -85,15 +85,22 @@ def split_hydra_args(args: list[str]) -> tuple[list[str], dict[str, str]]:
 
 
 def compose(args: list[str]) -> DictConfig:
-    """Compose the config a Hydra run of ``args`` would get, raising UsageError if it can't."""
+    """Compose and check the config a Hydra run of ``args`` would get, or raise UsageError."""
+    overrides, flags = split_hydra_args(args)
+    if "-m" in flags or "--multirun" in flags:
+        raise UsageError("posexp train runs one config; use posexp sweep for several")
+    cfg = compose_overrides(overrides, flags)
+    C.check(cfg)
+    return cfg
+
+
+def compose_overrides(overrides: list[str], flags: dict[str, str],
+                      with_hydra: bool = False) -> DictConfig:
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    overrides, flags = split_hydra_args(args)
-    if "-m" in flags or "--multirun" in flags:
-        raise UsageError("posexp train runs one config; use posexp sweep for several")
     extra_dir = flags.get("--config-dir") or flags.get("-cd")
     if extra_dir:
         if not Path(extra_dir).is_dir():
@@ -102,11 +109,9 @@ def compose(args: list[str]) -> DictConfig:
     name = flags.get("--config-name") or flags.get("-cn") or "config"
     try:
         with initialize_config_dir(CONFIG_DIR, version_base="1.3"):
-            cfg = hydra_compose(name, overrides=overrides)
+            return hydra_compose(name, overrides=overrides, return_hydra_config=with_hydra)
     except (HydraException, OmegaConfBaseException, ValueError) as e:
         raise UsageError(one_line(e)) from None
-    C.check(cfg)
-    return cfg
 
 
 def hydra_main(task: Callable[[DictConfig], object], args: list[str]) -> None:
@@ -160,6 +165,103 @@ def eval_(
             typer.echo(OmegaConf.to_yaml(cfg))
             return
         reevaluate(run, cfg)
+    except BaseException as e:
+        fail(e)
+
+
+@app.command(context_settings=EXTRA)
+def sweep(ctx: typer.Context) -> None:
+    """Train and evaluate a grid of runs: encodings x training lengths x seeds.
+
+    Hydra multirun syntax, e.g. `posexp sweep encoding=alibi,rope train.seq_len=64,128
+    seed=0,1,2`; presets with `sweep=encodings|lengths|seeds|grid`; parallel or cluster
+    launchers with `hydra/launcher=joblib|submitit_local|submitit_slurm`. Completed runs with
+    the same config are skipped, so a re-run finishes only what is missing.
+    """
+    from posexp.sweep import summarize, sweep_job
+
+    try:
+        jobs = plan_sweep(ctx.args)
+    except PosexpError as e:
+        fail(e)
+    typer.echo(f"posexp sweep: {len(jobs)} runs", err=True)
+    hydra_main(sweep_job, ["--multirun", *ctx.args])
+    try:
+        summarize(jobs)
+    except BaseException as e:
+        fail(e)
+
+
+def plan_sweep(args: list[str]) -> list[DictConfig]:
+    """Every job's composed and checked config, before the first one starts."""
+    from posexp.sweep import grid
+
+    overrides, flags = split_hydra_args(args)
+    flags.pop("-m", None)
+    flags.pop("--multirun", None)
+    fixed = [o for o in overrides if not _is_sweep(o)]
+    preset = compose_overrides(fixed, flags, with_hydra=True).hydra.sweeper.params or {}
+    jobs = []
+    for job in grid(overrides, {str(k): str(v) for k, v in preset.items()}):
+        cfg = compose_overrides(job, flags)
+        try:
+            C.check(cfg)
+        except UsageError as e:
+            raise UsageError(f"{' '.join(job)}: {e}") from None
+        jobs.append(cfg)
+    return jobs
+
+
+def _is_sweep(override: str) -> bool:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        return OverridesParser.create().parse_override(override).is_sweep_override()
+    except Exception as e:
+        raise UsageError(one_line(e)) from None
+
+
+@app.command()
+def report(
+    root: Path = typer.Argument(Path("results"), help="Directory searched for runs."),
+    out: Path | None = typer.Option(None, help="Where to write (default ROOT/report)."),
+    wandb: bool = typer.Option(False, "--wandb", help="Also upload figures and tables to W&B."),
+    wandb_project: str = typer.Option("posexp", help="W&B project for --wandb."),
+) -> None:
+    """Plots (PNG, SVG) and tables (summary.csv, summary.md) across every run under ROOT."""
+    from posexp.report import load_runs, upload_to_wandb, write_report
+
+    try:
+        if not root.is_dir():
+            raise UsageError(f"{root} is not a directory")
+        target = out or root / "report"
+        runs, not_done = load_runs(root)
+        files = write_report(runs, not_done, target, f"posexp report: {root}")
+        typer.echo(f"posexp report: {len(runs)} completed runs, {len(not_done)} not included "
+                   f"-> {target}")
+        for f in files:
+            typer.echo(f"  {f}")
+        if wandb:
+            try:
+                upload_to_wandb(files, runs, wandb_project)
+            except Exception as e:
+                typer.echo(f"posexp: warning: W&B upload failed ({type(e).__name__}: "
+                           f"{str(e).strip()[:200]}); the local report is complete", err=True)
+    except BaseException as e:
+        fail(e)
+
+
+@app.command()
+def reproduce(
+    preset: str = typer.Option(
+        "cpu", help="cpu or gpu (configs/reproduce/), or a YAML file of the same shape."),
+    results_dir: Path = typer.Option(Path("results"), help="Root for the runs and the report."),
+) -> None:
+    """Run the claim suite of Press et al. (ALiBi, ICLR 2022) and print the verdicts."""
+    from posexp.reproduce import reproduce as run_claims
+
+    try:
+        run_claims(preset, results_dir, Path(CONFIG_DIR), compose)
     except BaseException as e:
         fail(e)
 

@@ -8,7 +8,7 @@ divide the model width, ...); it runs before anything touches the disk.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
 from hydra.core.config_store import ConfigStore
@@ -81,9 +81,21 @@ class EvalConfig:
     per_position_buckets: int = 64
 
 
+class WandbMode(str, Enum):
+    online = "online"
+    offline = "offline"
+    disabled = "disabled"
+
+
 @dataclass
 class LoggerConfig:
-    name: str = "local"
+    name: str = "local"  # local | wandb; local files are written either way
+    project: str = "posexp"
+    entity: str | None = None
+    mode: WandbMode = WandbMode.online
+    tags: list[str] = field(default_factory=list)
+    group: str | None = None  # default: the experiment, for runs of a sweep
+    init_timeout: float = 60.0  # seconds W&B may take to start before posexp goes on without it
 
 
 @dataclass

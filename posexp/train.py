@@ -18,6 +18,7 @@ from posexp.errors import PosexpError, UsageError
 from posexp.evaluate import autocast, check_val_size, extrapolation_curve, score_windows
 from posexp.model import GPT, GPTConfig
 from posexp.runs import Run, code_version, now, versions
+from posexp.sinks import Sink, open_sink
 
 
 class Diverged(PosexpError):
@@ -88,7 +89,8 @@ def val_loss(model: GPT, corpus: Corpus, cfg: DictConfig, device: torch.device) 
     return total / n
 
 
-def fit(model: GPT, corpus: Corpus, cfg: DictConfig, run: Run, device: torch.device) -> dict:
+def fit(model: GPT, corpus: Corpus, cfg: DictConfig, run: Run, sink: Sink,
+        device: torch.device, progress: bool = True) -> dict:
     t = cfg.train
     tokens_per_step = t.batch_size * t.seq_len
     total_steps = t.tokens // tokens_per_step
@@ -98,7 +100,8 @@ def fit(model: GPT, corpus: Corpus, cfg: DictConfig, run: Run, device: torch.dev
     gen = torch.Generator().manual_seed(cfg.seed)
     model.train()
     bar = tqdm(total=total_steps * tokens_per_step, unit="tok", unit_scale=True,
-               desc=f"{cfg.encoding.name} L={t.seq_len}", disable=None, dynamic_ncols=True,
+               desc=f"{cfg.encoding.name} L={t.seq_len}", disable=None if progress else True,
+               dynamic_ncols=True,
                file=sys.stderr)
     start = time.perf_counter()
     last = {"loss": float("nan")}
@@ -126,11 +129,14 @@ def fit(model: GPT, corpus: Corpus, cfg: DictConfig, run: Run, device: torch.dev
                     "lr": lr, "grad_norm": norm_value, "elapsed": round(elapsed, 3),
                     "tok_per_s": round(done * tokens_per_step / elapsed)}
             run.log(last)
+            sink.log(last)
             bar.set_postfix(loss=f"{loss_value:.3f}")
         if done % val_every == 0 or done == total_steps:
             v = val_loss(model, corpus, cfg, device)
             last["val_loss"] = v
-            run.log({"step": done, "tokens": done * tokens_per_step, "val_loss": v})
+            record = {"step": done, "tokens": done * tokens_per_step, "val_loss": v}
+            run.log(record)
+            sink.log(record)
             bar.set_postfix(loss=f"{last['loss']:.3f}", val=f"{v:.3f}")
     bar.close()
     seconds = time.perf_counter() - start
@@ -147,7 +153,7 @@ def fit(model: GPT, corpus: Corpus, cfg: DictConfig, run: Run, device: torch.dev
             "final_train_loss": last["loss"], "final_val_loss": last.get("val_loss")}
 
 
-def evaluate_run(model: GPT, corpus: Corpus, cfg: DictConfig, run: Run,
+def evaluate_run(model: GPT, corpus: Corpus, cfg: DictConfig, run: Run, sink: Sink,
                  device: torch.device) -> tuple[list[dict], float]:
     e = cfg.eval
     t0 = time.perf_counter()
@@ -158,12 +164,16 @@ def evaluate_run(model: GPT, corpus: Corpus, cfg: DictConfig, run: Run,
     seconds = time.perf_counter() - t0
     run.write_eval(curve, per_position, train_seq_len=cfg.train.seq_len,
                    encoding=cfg.encoding.name, corpus=corpus.fingerprint)
+    sink.log_eval(curve, per_position)
     return curve, seconds
 
 
-def run_training(cfg: DictConfig) -> Path:
+def run_training(cfg: DictConfig, progress: bool = True, group: str | None = None) -> Path:
     """One posexp run; returns its directory.  The run's status in run.json always ends as
-    completed, failed or diverged (interrupted when stopped by a signal)."""
+    completed, failed or diverged (interrupted when stopped by a signal).
+
+    ``progress`` shows a progress bar on a terminal; ``group`` names the W&B group (a sweep).
+    """
     C.check(cfg)
     device = pick_device(C.Device(cfg.device).value)
     corpus = load_corpus(cfg.data)
@@ -178,26 +188,33 @@ def run_training(cfg: DictConfig) -> Path:
     run.update(name=cfg.run_name, experiment=cfg.experiment, encoding=cfg.encoding.name,
                seq_len=cfg.train.seq_len, seed=cfg.seed, device=str(device),
                n_params=model.n_params(), corpus=corpus.describe(), versions=versions(),
+               model={k: cfg.model[k] for k in ("d_model", "n_layer", "n_head")},
                code_version=code_version())
     print(f"posexp: {cfg.encoding.name}, {model.n_params() / 1e6:.2f}M parameters, "
           f"{cfg.train.tokens:,} tokens at length {cfg.train.seq_len} on {device} -> {path}",
           file=sys.stderr)
+    sink = open_sink(cfg, path, group)
     try:
-        stats = fit(model, corpus, cfg, run, device)
+        stats = fit(model, corpus, cfg, run, sink, device, progress)
         run.update(**stats)
-        curve, seconds = evaluate_run(model, corpus, cfg, run, device)
+        curve, seconds = evaluate_run(model, corpus, cfg, run, sink, device)
     except Diverged as e:
-        run.finish("diverged", str(e))
+        end(run, sink, "diverged", str(e))
         raise
     except KeyboardInterrupt:
-        run.finish("interrupted", "stopped by the user")
+        end(run, sink, "interrupted", "stopped by the user")
         raise
     except BaseException as e:
-        run.finish("failed", f"{type(e).__name__}: {e}")
+        end(run, sink, "failed", f"{type(e).__name__}: {e}")
         raise
-    run.finish("completed", eval_seconds=round(seconds, 2), completed_at=now())
+    end(run, sink, "completed", eval_seconds=round(seconds, 2))
     print(format_curve(curve, cfg.train.seq_len, f"{path}"))
     return path
+
+
+def end(run: Run, sink: Sink, status: str, reason: str | None = None, **fields) -> None:
+    run.finish(status, reason, **fields)
+    sink.finish(status)
 
 
 def format_curve(curve: list[dict], train_len: int, title: str) -> str:
@@ -238,7 +255,7 @@ def reevaluate(run: Run, cfg: DictConfig) -> Path:
     except (KeyError, RuntimeError) as e:
         raise PosexpError(f"{run.path}: checkpoint does not match config.yaml: "
                           f"{str(e).splitlines()[0]}") from None
-    curve, seconds = evaluate_run(model.to(device), corpus, cfg, run, device)
+    curve, seconds = evaluate_run(model.to(device), corpus, cfg, run, Sink(), device)
     run.update(last_eval_at=now(), last_eval_seconds=round(seconds, 2))
     print(format_curve(curve, cfg.train.seq_len, str(run.path)))
     return run.path

@@ -1,0 +1,128 @@
+"""Where metrics go besides the run directory: Weights & Biases, when ``logger=wandb``.
+
+The run directory (runs.py) is always written first and is the record; a sink is a copy.
+A sink that fails warns once and goes quiet, so a W&B outage never costs a run.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+
+class Sink:
+    """The local-only sink: the run directory already has everything."""
+
+    def log(self, record: dict) -> None:
+        pass
+
+    def log_eval(self, curve: list[dict], per_position: dict | None) -> None:
+        pass
+
+    def finish(self, status: str) -> None:
+        pass
+
+
+def warn(message: str) -> None:
+    print(f"posexp: warning: {message}", file=sys.stderr)
+
+
+class WandbSink(Sink):
+    """One W&B run per posexp run: config, training curve, extrapolation table and plot,
+    per-position loss, and ``ppl@L`` summary metrics."""
+
+    def __init__(self, cfg: DictConfig, run_dir: Path, group: str | None) -> None:
+        import wandb
+
+        self.wandb = wandb
+        lc = cfg.logger
+        self.run = wandb.init(
+            project=lc.project,
+            entity=lc.entity,
+            mode=lc.mode,
+            tags=list(lc.tags),
+            group=lc.group or group,
+            name=f"{cfg.experiment}/{cfg.run_name}",
+            config=OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
+            dir=str(run_dir),
+            reinit="finish_previous",
+            settings=wandb.Settings(init_timeout=lc.init_timeout, silent=True),
+        )
+        self.run.define_metric("step")
+        self.run.define_metric("*", step_metric="step")
+
+    def log(self, record: dict) -> None:
+        self.run.log(dict(record))
+
+    def log_eval(self, curve: list[dict], per_position: dict | None) -> None:
+        wandb = self.wandb
+        columns = ["mode", "stride", "length", "loss", "ppl", "bits_per_token",
+                   "bits_per_byte", "applicable"]
+        table = wandb.Table(columns=columns, data=[[p[c] for c in columns] for p in curve])
+        logged: dict[str, Any] = {"extrapolation": table}
+        for mode in sorted({p["mode"] for p in curve}):
+            rows = [[p["length"], p["ppl"]] for p in curve if p["mode"] == mode and p["applicable"]]
+            logged[f"extrapolation/{mode}"] = wandb.plot.line(
+                wandb.Table(columns=["length", "ppl"], data=rows), "length", "ppl",
+                title=f"perplexity vs evaluation length ({mode})")
+        if per_position is not None:
+            pos = wandb.Table(columns=["position", "loss"],
+                              data=list(zip(per_position["position"], per_position["loss"],
+                                            strict=True)))
+            logged["per_position"] = pos
+            logged["per_position/plot"] = wandb.plot.line(
+                pos, "position", "loss",
+                title=f"loss by position in a {per_position['length']}-token window")
+        self.run.log(logged)
+        for p in curve:
+            if p["applicable"]:
+                suffix = "" if p["mode"] == "nonoverlapping" else f"_{p['mode']}"
+                self.run.summary[f"ppl{suffix}@{p['length']}"] = p["ppl"]
+
+    def finish(self, status: str) -> None:
+        self.run.summary["status"] = status
+        self.run.finish(exit_code=0 if status == "completed" else 1)
+
+
+class Guarded(Sink):
+    """Wraps a sink so that its first failure becomes one warning and it then goes quiet."""
+
+    def __init__(self, inner: Sink, name: str) -> None:
+        self.inner: Sink | None = inner
+        self.name = name
+
+    def _call(self, method: str, *args: Any) -> None:
+        if self.inner is None:
+            return
+        try:
+            getattr(self.inner, method)(*args)
+        except Exception as e:
+            warn(f"{self.name} failed ({type(e).__name__}: {str(e).strip()[:200]}); "
+                 "the run goes on and its local files are complete")
+            self.inner = None
+
+    def log(self, record: dict) -> None:
+        self._call("log", record)
+
+    def log_eval(self, curve: list[dict], per_position: dict | None) -> None:
+        self._call("log_eval", curve, per_position)
+
+    def finish(self, status: str) -> None:
+        self._call("finish", status)
+
+
+def open_sink(cfg: DictConfig, run_dir: Path, group: str | None = None) -> Sink:
+    if cfg.logger.name != "wandb":
+        return Sink()
+    try:
+        return Guarded(WandbSink(cfg, run_dir, group), "W&B")
+    except ImportError:
+        warn("logger=wandb needs the wandb package (pip install 'posexp[wandb]'); "
+             "logging to local files only")
+    except Exception as e:
+        warn(f"W&B could not start ({type(e).__name__}: {str(e).strip()[:200]}); "
+             "logging to local files only")
+    return Sink()

@@ -1,0 +1,119 @@
+"""Sweeps: encodings x training lengths x seeds through Hydra's multirun.
+
+Hydra's sweeper expands the grid and its launcher plugins run the jobs (sequential, joblib,
+submitit).  posexp adds three things around them: every job of the grid is composed and
+checked before the first one starts; a job whose run directory already holds a completed
+run of the same resolved config is skipped, so a finished sweep re-runs no training; and a
+failed job is recorded and reported without stopping the others.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from posexp.errors import PosexpError
+from posexp.runs import CONFIG, Run
+
+
+def grid(overrides: list[str], preset_params: dict[str, str]) -> list[list[str]]:
+    """The override lists of every job: the command line's sweeps (``a,b``, ``range()``),
+    and for keys the command line leaves alone, the preset's ``hydra.sweeper.params``."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    parsed = parser.parse_overrides(overrides)
+    given = {o.get_key_element() for o in parsed}
+    parsed += parser.parse_overrides(
+        [f"{k}={v}" for k, v in preset_params.items() if k not in given])
+    axes = []
+    for o in parsed:
+        key = o.get_key_element()
+        values = (list(o.sweep_string_iterator()) if o.is_sweep_override()
+                  else [o.get_value_element_as_str()])
+        axes.append([f"{key}={v}" for v in values])
+    return [list(job) for job in itertools.product(*axes)]
+
+
+def completed_with_same_config(cfg: DictConfig) -> bool:
+    path = Path(cfg.results_dir) / cfg.experiment / cfg.run_name
+    try:
+        status = Run(path).info().get("status")
+        saved = (path / CONFIG).read_text()
+    except (OSError, PosexpError):
+        return False
+    return status == "completed" and saved == OmegaConf.to_yaml(cfg, resolve=True)
+
+
+def worker_threads(launcher: DictConfig) -> int | None:
+    """Torch threads per job so that parallel jobs share the cores instead of fighting over
+    them (two 2-thread jobs on 2 cores run several times slower than one after the other)."""
+    target = str(launcher.get("_target_", ""))
+    cores = os.cpu_count() or 1
+    if "joblib" in target:
+        n_jobs = int(launcher.get("n_jobs") or -1)
+        n_jobs = n_jobs if n_jobs > 0 else max(1, cores + 1 + n_jobs)
+        return max(1, cores // n_jobs)
+    if "submitit" in target and launcher.get("cpus_per_task"):
+        return int(launcher.cpus_per_task)
+    return None
+
+
+def sweep_job(cfg: DictConfig) -> str:
+    """One job of a sweep, run by Hydra's launcher; returns the run's status."""
+    import torch
+    from hydra.core.hydra_config import HydraConfig
+
+    from posexp.train import run_training
+
+    name = f"{cfg.experiment}/{cfg.run_name}"
+    if completed_with_same_config(cfg):
+        print(f"posexp sweep: {name}: already completed with this config, skipped",
+              file=sys.stderr)
+        return "skipped"
+    launcher = HydraConfig.get().launcher
+    threads = worker_threads(launcher)
+    if threads:
+        torch.set_num_threads(threads)
+    sequential = "BasicLauncher" in str(launcher.get("_target_", ""))
+    try:
+        run_training(cfg, progress=sequential, group=cfg.experiment)
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:  # one failed job must not stop the sweep
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"posexp sweep: {name}: failed: {first}", file=sys.stderr)
+        return "failed"
+    return "completed"
+
+
+def summarize(jobs: list[DictConfig]) -> None:
+    """Print the sweep's table and write summary.md / summary.csv next to its runs; a job
+    that did not complete is listed, and makes the exit status 1."""
+    from posexp.report import RunResult, load_run, split_runs, terminal_table, write_tables
+
+    by_experiment: dict[Path, list[RunResult]] = {}
+    for cfg in jobs:
+        root = Path(cfg.results_dir) / cfg.experiment
+        path = root / cfg.run_name
+        result = load_run(path) if (path / "run.json").exists() else None
+        if result is None:
+            result = RunResult(path, {"encoding": cfg.encoding.name, "seq_len": cfg.train.seq_len,
+                                      "status": "not started",
+                                      "reason": "failed before training; see messages above"})
+        by_experiment.setdefault(root, []).append(result)
+    failed = []
+    for root, results in by_experiment.items():
+        done, not_done = split_runs(results)
+        files = write_tables(done, not_done, root, f"posexp sweep: {root}")
+        print(terminal_table(done) if done else "no run completed")
+        for r in not_done:
+            print(f"  not completed: {r.path} ({r.info.get('status')}: {r.info.get('reason')})")
+        print(f"tables: {', '.join(str(f) for f in files)}")
+        failed += not_done
+    if failed:
+        raise PosexpError(f"{len(failed)} of {len(jobs)} runs did not complete")

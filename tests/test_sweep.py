@@ -1,0 +1,153 @@
+"""Sweeps, reports, W&B and the claim suite, through the real CLI."""
+
+import csv
+import json
+
+import pytest
+
+from tests.conftest import TINY, read_json
+
+GRID = ["encoding=alibi,rope", "train.seq_len=16,32", *[a for a in TINY
+        if not a.startswith("train.seq_len")], "eval.lengths=[32,64]", "results_dir=out"]
+RUNS = ["alibi-L16-s0", "alibi-L32-s0", "rope-L16-s0", "rope-L32-s0"]
+
+
+def losses(root):
+    return {r: [p["loss"] for p in read_json(root / r / "eval.json")["curve"]] for r in RUNS}
+
+
+@pytest.mark.slow
+def test_sweep_basic_launcher_then_resume_then_report(posexp, tmp_path):
+    r = posexp("sweep", *GRID, "experiment=basic")
+    assert r.returncode == 0, r.stderr
+    root = tmp_path / "out" / "basic"
+    assert all(read_json(root / n / "run.json")["status"] == "completed" for n in RUNS)
+    rows = list(csv.DictReader((root / "summary.csv").open()))
+    assert len(rows) == 4 * 2 and {row["encoding"] for row in rows} == {"alibi", "rope"}
+    assert "perplexity (nonoverlapping" in r.stdout and "alibi" in r.stdout
+
+    # a finished sweep re-runs no training
+    stamps = {n: (root / n / "checkpoint.pt").stat().st_mtime_ns for n in RUNS}
+    r = posexp("sweep", *GRID, "experiment=basic")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("already completed with this config, skipped") == 4
+    assert stamps == {n: (root / n / "checkpoint.pt").stat().st_mtime_ns for n in RUNS}
+
+    # a changed config is not the same run: it trains again
+    r = posexp("sweep", *GRID, "experiment=basic", "train.lr=0.001")
+    assert r.returncode == 0 and "skipped" not in r.stderr
+
+    # report: figures and tables from run.json / eval.json; a damaged run is named and skipped
+    (root / "rope-L32-s0" / "eval.json").write_text('{"curve": [')
+    r = posexp("report", "out")
+    assert r.returncode == 0, r.stderr
+    assert "rope-L32-s0/eval.json" in r.stderr and r.stderr.count("warning") == 1
+    report = tmp_path / "out" / "report"
+    for name in ("extrapolation_nonoverlapping", "per_position"):
+        assert (report / f"{name}.png").stat().st_size > 10_000
+        assert (report / f"{name}.svg").read_text().lstrip().startswith("<?xml")
+    rows = list(csv.DictReader((report / "summary.csv").open()))
+    assert len(rows) == 3 * 2
+    assert {(row["encoding"], row["train_seq_len"], row["length"]) for row in rows} == {
+        (e, L, n) for e, L in [("alibi", "16"), ("alibi", "32"), ("rope", "16")]
+        for n in ("32", "64")}
+    md = (report / "summary.md").read_text()
+    assert "| alibi | 32 | 1 | **" in md and "(1.00x)" in md
+    assert "Runs not included" in md and "rope-L32-s0" in md and "eval.json unreadable" in md
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["joblib", "submitit_local"])
+def test_parallel_launchers_give_the_same_numbers(posexp, tmp_path, launcher):
+    extra = ["hydra.launcher.timeout_min=10"] if launcher.startswith("submitit") else []
+    assert posexp("sweep", *GRID, "experiment=seq").returncode == 0
+    r = posexp("sweep", *GRID, "experiment=par", f"hydra/launcher={launcher}", *extra)
+    assert r.returncode == 0, r.stderr
+    # one torch thread per job instead of two: the same numbers up to summation order
+    seq, par = losses(tmp_path / "out" / "seq"), losses(tmp_path / "out" / "par")
+    assert all(par[n] == pytest.approx(seq[n], rel=1e-5) for n in RUNS)
+
+
+@pytest.mark.slow
+def test_a_failing_run_does_not_stop_the_sweep(posexp, tmp_path):
+    (tmp_path / "corpus.txt").write_text("".join(f"line {i} of a small text\n" for i in range(3000)))
+    r = posexp("sweep", "encoding=nope", "data=text", f"data.path={tmp_path / 'corpus.txt'},"
+               f"{tmp_path / 'missing.txt'}", "run_name=${data.path}", *TINY, "results_dir=out")
+    # run_name from a path is refused up front, before anything runs
+    assert r.returncode == 2 and "run_name must be a plain directory name" in r.stderr
+    r = posexp("sweep", "encoding=nope,alibi", "data=text", f"data.path={tmp_path}/missing.txt",
+               *TINY, "results_dir=out")
+    assert r.returncode == 1
+    assert r.stderr.count("failed: data.path") == 2
+    assert "2 of 2 runs did not complete" in r.stderr
+    assert "not started" in (tmp_path / "out" / "default" / "summary.md").read_text()
+
+
+def test_sweep_rejects_a_bad_value_before_running(posexp, tmp_path):
+    r = posexp("sweep", "encoding=alibi,rpoe", *TINY, "results_dir=out")
+    assert r.returncode == 2 and "there is no encoding 'rpoe'" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_wandb_offline_logs_the_extrapolation_table(posexp, tmp_path):
+    r = posexp("train", "encoding=alibi", *TINY, "results_dir=out", "logger=wandb",
+               "logger.mode=offline", "logger.tags=[ci]", env={"WANDB_SILENT": "true"})
+    assert r.returncode == 0, r.stderr
+    run = tmp_path / "out" / "default" / "alibi-L16-s0"
+    assert read_json(run / "run.json")["status"] == "completed"
+    tables = list((run / "wandb").glob("offline-run-*/files/media/table/extrapolation_*.table.json"))
+    assert len(tables) == 1
+    table = json.loads(tables[0].read_text())
+    assert table["columns"][:3] == ["mode", "stride", "length"]
+    assert [row[2] for row in table["data"]] == [16, 32, 64]
+    local = read_json(run / "eval.json")["curve"]
+    assert [row[4] for row in table["data"]] == pytest.approx([p["ppl"] for p in local])
+    assert list((run / "wandb").glob("offline-run-*/files/media/table/per_position_*.table.json"))
+
+
+@pytest.mark.slow
+def test_wandb_failure_is_a_warning_and_the_run_completes(posexp, tmp_path):
+    # online mode with no key and no network: W&B cannot start; the run must not be lost
+    r = posexp("train", "encoding=nope", *TINY, "results_dir=out", "logger=wandb",
+               "logger.init_timeout=5",
+               env={"WANDB_API_KEY": "", "WANDB_MODE": "online", "HOME": str(tmp_path),
+                    "WANDB_BASE_URL": "http://127.0.0.1:9"})
+    assert r.returncode == 0, r.stderr
+    assert "posexp: warning: W&B" in r.stderr
+    run = tmp_path / "out" / "default" / "nope-L16-s0"
+    assert read_json(run / "run.json")["status"] == "completed"
+    assert (run / "eval.json").exists()
+
+
+@pytest.mark.slow
+def test_reproduce_prints_verdicts(posexp, tmp_path):
+    preset = tmp_path / "tiny.yaml"
+    overrides = [a for a in TINY if not a.startswith(("train.seq_len", "eval.lengths"))]
+    preset.write_text(json.dumps({
+        "experiment": "claims", "train_seq_len": 16,
+        "overrides": ["train.seq_len=16", *overrides],
+        "runs": [["encoding=sinusoidal"], ["encoding=rope"], ["encoding=alibi"],
+                 ["encoding=learned"], ["encoding=nope"],
+                 ["encoding=sinusoidal", "train.seq_len=32"]],
+        "thresholds": {"sinusoidal_blowup_at": 4, "sinusoidal_blowup": 2.0,
+                       "alibi_flat_at": [2, 4, 16], "alibi_flat": 1.05, "nope_margin": 0.1},
+    }))
+    r = posexp("reproduce", "--preset", str(preset), "--results-dir", "out")
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "out" / "claims" / "report"
+    verdicts = read_json(out / "verdicts.json")["verdicts"]
+    assert [v["claim"][:2] for v in verdicts] == ["1.", "2.", "3.", "4.", "5.", "6."]
+    assert all(v["holds"] in (True, False) for v in verdicts)
+    assert verdicts[3]["holds"] is True  # learned: n/a past its table, whatever the training
+    assert "| claim | measured | holds |" in r.stdout
+    assert (out / "extrapolation_sliding.png").exists()
+    # run again: nothing is retrained
+    r = posexp("reproduce", "--preset", str(preset), "--results-dir", "out")
+    assert r.returncode == 0 and r.stdout.count("already completed with this config") == 6
+
+
+def test_reproduce_unknown_preset(posexp):
+    r = posexp("reproduce", "--preset", "tpu")
+    assert r.returncode == 2 and "available: cpu, gpu" in r.stderr
