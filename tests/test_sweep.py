@@ -70,7 +70,8 @@ def test_parallel_launchers_give_the_same_numbers(posexp, tmp_path, launcher):
 
 @pytest.mark.slow
 def test_a_failing_run_does_not_stop_the_sweep(posexp, tmp_path):
-    (tmp_path / "corpus.txt").write_text("".join(f"line {i} of a small text\n" for i in range(3000)))
+    lines = (f"line {i} of a small text\n" for i in range(3000))
+    (tmp_path / "corpus.txt").write_text("".join(lines))
     r = posexp("sweep", "encoding=nope", "data=text", f"data.path={tmp_path / 'corpus.txt'},"
                f"{tmp_path / 'missing.txt'}", "run_name=${data.path}", *TINY, "results_dir=out")
     # run_name from a path is refused up front, before anything runs
@@ -97,14 +98,15 @@ def test_wandb_offline_logs_the_extrapolation_table(posexp, tmp_path):
     assert r.returncode == 0, r.stderr
     run = tmp_path / "out" / "default" / "alibi-L16-s0"
     assert read_json(run / "run.json")["status"] == "completed"
-    tables = list((run / "wandb").glob("offline-run-*/files/media/table/extrapolation_*.table.json"))
+    media = "offline-run-*/files/media/table"
+    tables = list((run / "wandb").glob(f"{media}/extrapolation_*.table.json"))
     assert len(tables) == 1
     table = json.loads(tables[0].read_text())
     assert table["columns"][:3] == ["mode", "stride", "length"]
     assert [row[2] for row in table["data"]] == [16, 32, 64]
     local = read_json(run / "eval.json")["curve"]
     assert [row[4] for row in table["data"]] == pytest.approx([p["ppl"] for p in local])
-    assert list((run / "wandb").glob("offline-run-*/files/media/table/per_position_*.table.json"))
+    assert list((run / "wandb").glob(f"{media}/per_position_*.table.json"))
 
 
 @pytest.mark.slow
