@@ -266,6 +266,28 @@ def reproduce(
         fail(e)
 
 
+@app.command()
+def resume(
+    run_dir: Path = typer.Argument(..., help="A run directory written by posexp train."),
+) -> None:
+    """Continue an interrupted run from its last checkpoint, with the config it was given."""
+    from posexp.runs import Run
+    from posexp.train import run_training
+
+    try:
+        if not (run_dir / "config.yaml").is_file():
+            raise UsageError(f"{run_dir} is not a posexp run (no config.yaml)")
+        cfg = apply_overrides(Run(run_dir).config(), [], allowed=())
+        if Path(cfg.results_dir) / cfg.experiment / cfg.run_name != run_dir:
+            # the run was moved: continue it where it is now
+            cfg.results_dir, cfg.experiment = str(run_dir.parent.parent), run_dir.parent.name
+            cfg.run_name = run_dir.name
+        cfg.train.resume = True
+        run_training(cfg)
+    except BaseException as e:
+        fail(e)
+
+
 def apply_overrides(saved: DictConfig, args: list[str], allowed: tuple[str, ...]) -> DictConfig:
     """The schema-checked config of a saved run with Hydra-syntax overrides applied."""
     from hydra.core.override_parser.overrides_parser import OverridesParser

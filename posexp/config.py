@@ -69,6 +69,8 @@ class TrainConfig:
     log_every: int = 20  # steps between training-curve points
     val_every_tokens: int = 500_000
     val_tokens: int = 16_384
+    checkpoint_every: int = 500_000  # tokens; also on SIGINT/SIGTERM
+    resume: bool = True  # continue an unfinished run of the same config; false: start afresh
 
 
 @dataclass
@@ -168,7 +170,8 @@ def check(cfg: DictConfig) -> None:
     if cfg.encoding.base <= 1.0:
         raise UsageError(f"encoding.base must be greater than 1, got {cfg.encoding.base}")
     t = cfg.train
-    for key in ("seq_len", "tokens", "batch_size", "log_every", "val_every_tokens", "val_tokens"):
+    for key in ("seq_len", "tokens", "batch_size", "log_every", "val_every_tokens", "val_tokens",
+                "checkpoint_every"):
         _positive(f"train.{key}", t[key])
     if t.warmup_tokens < 0:
         raise UsageError(f"train.warmup_tokens must be >= 0, got {t.warmup_tokens}")

@@ -8,6 +8,7 @@ that does not hold is reported as not holding: the tool reports, it does not ass
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -132,17 +133,13 @@ def reproduce(name: str, results_dir: Path, config_dir: Path,
               compose: Callable[[list[str]], DictConfig]) -> list[Verdict]:
     """Train what is missing, score every run in both modes, write the report and verdicts.
     ``compose`` turns a list of overrides into a checked config (the CLI's)."""
-    from posexp.sweep import completed_with_same_config
     from posexp.train import reevaluate, run_training
 
     preset = load_preset(name, config_dir)
     common = [*preset.overrides, f"experiment={preset.experiment}", f"results_dir={results_dir}"]
     configs = [compose([*common, *run]) for run in preset.runs]  # all checked before any runs
     for i, cfg in enumerate(configs, 1):
-        print(f"posexp reproduce: run {i}/{len(configs)}: {cfg.run_name}")
-        if completed_with_same_config(cfg):
-            print("  already completed with this config, reused")
-            continue
+        print(f"posexp reproduce: run {i}/{len(configs)}: {cfg.run_name}", file=sys.stderr)
         run_training(cfg)
     for cfg in configs:
         run = Run(Path(cfg.results_dir) / cfg.experiment / cfg.run_name)

@@ -16,8 +16,10 @@ the target, so a crash leaves either the old file or the new one, never half of 
 from __future__ import annotations
 
 import datetime as dt
+import io
 import json
 import os
+import pickle
 import platform
 import subprocess
 import tempfile
@@ -27,6 +29,7 @@ from typing import IO, Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 import posexp
 from posexp.errors import PosexpError, UsageError
@@ -50,7 +53,12 @@ FILE_MODE = _file_mode()  # what open() would give; mkstemp alone makes files pr
 
 
 def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    """Write ``path`` through a temporary file and a rename.  A failed write (a full disk,
+    say) leaves the previous file as it was and raises PosexpError naming the file."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:
+        raise PosexpError(f"cannot write {path}: {e.strerror or e}") from None
     try:
         os.fchmod(fd, FILE_MODE)
         with os.fdopen(fd, "wb") as fh:
@@ -58,8 +66,10 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise PosexpError(f"cannot write {path}: {e.strerror or e}") from None
         raise
 
 
@@ -121,6 +131,34 @@ class Run:
         return run
 
     @classmethod
+    def previous(cls, path: Path) -> tuple[dict, DictConfig] | None:
+        """(run.json, config.yaml) of a run already at ``path``, or None if either is missing
+        or unreadable (then it is no run to continue)."""
+        try:
+            info = json.loads((path / RUN).read_text())
+            return info, OmegaConf.load(path / CONFIG)
+        except (OSError, ValueError, OmegaConfBaseException):
+            return None
+
+    def resume(self, step: int) -> None:
+        """Continue this run from its checkpoint at ``step``: drop temporaries a killed writer
+        left, and training-curve records from after the checkpoint (they will be redone)."""
+        for tmp in self.path.glob(".*.tmp"):
+            tmp.unlink(missing_ok=True)
+        records = []
+        if (self.path / METRICS).exists():
+            for line in (self.path / METRICS).read_text().splitlines():
+                try:
+                    record = json.loads(line)
+                except ValueError:  # a line cut short by a kill
+                    continue
+                if record.get("step", 0) <= step:
+                    records.append(line + "\n")
+        atomic_write_text(self.path / METRICS, "".join(records))
+        (self.path / EVAL).unlink(missing_ok=True)
+        self.update(status="running", reason=None, resumed_at=now(), resumed_from_step=step)
+
+    @classmethod
     def open(cls, path: Path) -> Run:
         """An existing run, for ``posexp eval``; a directory that is not one is a usage error."""
         if not path.is_dir():
@@ -154,9 +192,12 @@ class Run:
         return OmegaConf.load(self.path / CONFIG)
 
     def log(self, record: dict) -> None:
-        with (self.path / METRICS).open("a") as fh:
-            fh.write(json.dumps(record) + "\n")
-            fh.flush()
+        try:
+            with (self.path / METRICS).open("a") as fh:
+                fh.write(json.dumps(record) + "\n")
+                fh.flush()
+        except OSError as e:
+            raise PosexpError(f"cannot write {self.path / METRICS}: {e.strerror}") from None
 
     def read_eval(self) -> dict:
         path = self.path / EVAL
@@ -189,12 +230,20 @@ class Run:
         return data
 
     def save_checkpoint(self, state: dict) -> None:
-        atomic_write(self.path / CHECKPOINT, lambda fh: torch.save(state, fh))
+        # serialised in memory first: torch's zip writer turns a failed write (a full disk)
+        # into an opaque RuntimeError, while a plain write reports the OSError itself
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        atomic_write(self.path / CHECKPOINT, lambda fh: fh.write(buffer.getbuffer()))
 
     def load_checkpoint(self) -> dict:
         path = self.path / CHECKPOINT
         try:
             return torch.load(path, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError:
+            raise PosexpError(f"refusing to load {path}: it holds pickled objects other than "
+                              "tensors and plain data (posexp loads with weights_only=True)"
+                              ) from None
         except Exception as e:  # torch raises many types for a damaged or foreign file
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise PosexpError(f"cannot load {path}: {first}") from None

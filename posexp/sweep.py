@@ -2,9 +2,10 @@
 
 Hydra's sweeper expands the grid and its launcher plugins run the jobs (sequential, joblib,
 submitit).  posexp adds three things around them: every job of the grid is composed and
-checked before the first one starts; a job whose run directory already holds a completed
-run of the same resolved config is skipped, so a finished sweep re-runs no training; and a
-failed job is recorded and reported without stopping the others.
+checked before the first one starts; each job is a ``run_training``, which skips a run
+directory that already holds a completed run of the same config and resumes an unfinished
+one, so a sweep run again finishes only what is missing; and a failed job is recorded and
+reported without stopping the others.
 """
 
 from __future__ import annotations
@@ -14,10 +15,9 @@ import os
 import sys
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from posexp.errors import PosexpError
-from posexp.runs import CONFIG, Run
 
 
 def grid(overrides: list[str], preset_params: dict[str, str]) -> list[list[str]]:
@@ -39,16 +39,6 @@ def grid(overrides: list[str], preset_params: dict[str, str]) -> list[list[str]]
     return [list(job) for job in itertools.product(*axes)]
 
 
-def completed_with_same_config(cfg: DictConfig) -> bool:
-    path = Path(cfg.results_dir) / cfg.experiment / cfg.run_name
-    try:
-        status = Run(path).info().get("status")
-        saved = (path / CONFIG).read_text()
-    except (OSError, PosexpError):
-        return False
-    return status == "completed" and saved == OmegaConf.to_yaml(cfg, resolve=True)
-
-
 def worker_threads(launcher: DictConfig) -> int | None:
     """Torch threads per job so that parallel jobs share the cores instead of fighting over
     them (two 2-thread jobs on 2 cores run several times slower than one after the other)."""
@@ -68,27 +58,22 @@ def sweep_job(cfg: DictConfig) -> str:
     import torch
     from hydra.core.hydra_config import HydraConfig
 
-    from posexp.train import run_training
+    from posexp.train import Interrupted, run_training
 
     name = f"{cfg.experiment}/{cfg.run_name}"
-    if completed_with_same_config(cfg):
-        print(f"posexp sweep: {name}: already completed with this config, skipped",
-              file=sys.stderr)
-        return "skipped"
     launcher = HydraConfig.get().launcher
     threads = worker_threads(launcher)
     if threads:
         torch.set_num_threads(threads)
     sequential = "BasicLauncher" in str(launcher.get("_target_", ""))
     try:
-        run_training(cfg, progress=sequential, group=cfg.experiment)
-    except KeyboardInterrupt:
-        raise
+        return run_training(cfg, progress=sequential, group=cfg.experiment)
+    except Interrupted:
+        raise  # a signal stops the whole sweep; its run is checkpointed
     except Exception as e:  # one failed job must not stop the sweep
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         print(f"posexp sweep: {name}: failed: {first}", file=sys.stderr)
         return "failed"
-    return "completed"
 
 
 def summarize(jobs: list[DictConfig]) -> None:

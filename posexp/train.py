@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
 import math
+import random
+import signal
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 from posexp import config as C
@@ -17,12 +22,25 @@ from posexp.data import Corpus, load_corpus
 from posexp.errors import PosexpError, UsageError
 from posexp.evaluate import autocast, check_val_size, extrapolation_curve, score_windows
 from posexp.model import GPT, GPTConfig
-from posexp.runs import Run, code_version, now, versions
+from posexp.runs import CHECKPOINT, Run, code_version, now, versions
 from posexp.sinks import Sink, open_sink
 
 
 class Diverged(PosexpError):
-    pass
+    def __init__(self, step: int, last_finite: float, value: float) -> None:
+        last = f"{last_finite:.4f}" if math.isfinite(last_finite) else "none logged yet"
+        super().__init__(f"training diverged: loss became {value} at step {step} "
+                         f"(last finite loss: {last})")
+        self.fields = {"diverged_at_step": step,
+                       "last_finite_loss": last_finite if math.isfinite(last_finite) else None}
+
+
+class Interrupted(PosexpError):
+    def __init__(self, signum: int, step: int) -> None:
+        name = signal.Signals(signum).name
+        super().__init__(f"stopped by {name} at step {step}; checkpoint saved, run the same "
+                         "command again to resume")
+        self.exit_code = 128 + signum
 
 
 def pick_device(requested: str) -> torch.device:
@@ -89,67 +107,133 @@ def val_loss(model: GPT, corpus: Corpus, cfg: DictConfig, device: torch.device) 
     return total / n
 
 
+def rng_state() -> dict:
+    """Python, NumPy and torch generator states, as tensors and plain data
+    (so a checkpoint holding them still loads with weights_only=True)."""
+    version, py_state, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {
+        "python": [version, list(py_state), gauss],
+        "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached],
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    version, py_state, gauss = state["python"]
+    random.setstate((version, tuple(py_state), gauss))
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class StopSignals:
+    """Turns SIGINT/SIGTERM into a request to stop after the current step, so the loop can
+    save a checkpoint first; a second signal stops at once."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self.previous: dict[int, object] = {}
+
+    def __enter__(self) -> StopSignals:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
+                self.previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if self.received is not None:
+            raise KeyboardInterrupt
+        self.received = signum
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+
 def fit(model: GPT, corpus: Corpus, cfg: DictConfig, run: Run, sink: Sink,
-        device: torch.device, progress: bool = True) -> dict:
+        device: torch.device, progress: bool = True, resume: dict | None = None) -> dict:
+    """Train to the token budget, checkpointing every train.checkpoint_every tokens and on
+    SIGINT/SIGTERM; ``resume`` is a checkpoint to continue from exactly where it stopped."""
     t = cfg.train
     tokens_per_step = t.batch_size * t.seq_len
     total_steps = t.tokens // tokens_per_step
     warmup = min(total_steps, t.warmup_tokens // tokens_per_step)
     val_every = max(1, t.val_every_tokens // tokens_per_step)
+    checkpoint_every = max(1, t.checkpoint_every // tokens_per_step)
     opt = make_optimizer(model, cfg, device)
     gen = torch.Generator().manual_seed(cfg.seed)
+    first_step, last, seconds_before = 0, {"loss": float("nan")}, 0.0
+    if resume is not None:
+        opt.load_state_dict(resume["optimizer"])
+        gen.set_state(resume["data_rng"])
+        set_rng_state(resume["rng"])
+        first_step, last, seconds_before = resume["step"], resume["last"], resume["seconds"]
+
+    def checkpoint(step: int) -> None:
+        run.save_checkpoint({
+            "model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
+            "tokens": step * tokens_per_step, "data_rng": gen.get_state(), "rng": rng_state(),
+            "last": last, "seconds": seconds_before + time.perf_counter() - start,
+        })
+
     model.train()
-    bar = tqdm(total=total_steps * tokens_per_step, unit="tok", unit_scale=True,
-               desc=f"{cfg.encoding.name} L={t.seq_len}", disable=None if progress else True,
-               dynamic_ncols=True,
-               file=sys.stderr)
+    bar = tqdm(total=total_steps * tokens_per_step, initial=first_step * tokens_per_step,
+               unit="tok", unit_scale=True, desc=f"{cfg.encoding.name} L={t.seq_len}",
+               disable=None if progress else True, dynamic_ncols=True, file=sys.stderr)
     start = time.perf_counter()
-    last = {"loss": float("nan")}
-    for step in range(total_steps):
-        lr = lr_at(step, total_steps, warmup, t.lr, t.min_lr_ratio)
-        for group in opt.param_groups:
-            group["lr"] = lr
-        batch = sample_batch(corpus.train, t.batch_size, t.seq_len, gen).to(device)
-        with autocast(device):
-            loss = model(batch[:, :-1], batch[:, 1:])
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        bar.update(tokens_per_step)
-        done = step + 1
-        if done % t.log_every == 0 or done == total_steps:
-            # .item() waits for the device, so only at log intervals
-            loss_value, norm_value = loss.item(), grad_norm.item()
-            elapsed = time.perf_counter() - start
-            if not math.isfinite(loss_value):
-                raise Diverged(f"loss became {loss_value} at step {done}; last finite loss "
-                               f"{last['loss']:.4f}")
-            last = {"step": done, "tokens": done * tokens_per_step, "loss": loss_value,
-                    "lr": lr, "grad_norm": norm_value, "elapsed": round(elapsed, 3),
-                    "tok_per_s": round(done * tokens_per_step / elapsed)}
-            run.log(last)
-            sink.log(last)
-            bar.set_postfix(loss=f"{loss_value:.3f}")
-        if done % val_every == 0 or done == total_steps:
-            v = val_loss(model, corpus, cfg, device)
-            last["val_loss"] = v
-            record = {"step": done, "tokens": done * tokens_per_step, "val_loss": v}
-            run.log(record)
-            sink.log(record)
-            bar.set_postfix(loss=f"{last['loss']:.3f}", val=f"{v:.3f}")
+    with StopSignals() as signals:
+        for step in range(first_step, total_steps):
+            lr = lr_at(step, total_steps, warmup, t.lr, t.min_lr_ratio)
+            for group in opt.param_groups:
+                group["lr"] = lr
+            batch = sample_batch(corpus.train, t.batch_size, t.seq_len, gen).to(device)
+            with autocast(device):
+                loss = model(batch[:, :-1], batch[:, 1:])
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            bar.update(tokens_per_step)
+            done = step + 1
+            if done % t.log_every == 0 or done == total_steps:
+                # .item() waits for the device, so only at log intervals
+                loss_value, norm_value = loss.item(), grad_norm.item()
+                elapsed = seconds_before + time.perf_counter() - start
+                if not math.isfinite(loss_value):
+                    raise Diverged(done, last["loss"], loss_value)
+                last = {"step": done, "tokens": done * tokens_per_step, "loss": loss_value,
+                        "lr": lr, "grad_norm": norm_value, "elapsed": round(elapsed, 3),
+                        "tok_per_s": round((done - first_step) * tokens_per_step
+                                           / (time.perf_counter() - start))}
+                run.log(last)
+                sink.log(last)
+                bar.set_postfix(loss=f"{loss_value:.3f}")
+            if done % val_every == 0 or done == total_steps:
+                v = val_loss(model, corpus, cfg, device)
+                last["val_loss"] = v
+                record = {"step": done, "tokens": done * tokens_per_step, "val_loss": v}
+                run.log(record)
+                sink.log(record)
+                bar.set_postfix(loss=f"{last['loss']:.3f}", val=f"{v:.3f}")
+            if done % checkpoint_every == 0 or done == total_steps:
+                checkpoint(done)
+            if signals.received is not None:
+                if done % checkpoint_every:
+                    checkpoint(done)
+                bar.close()
+                raise Interrupted(signals.received, done)
     bar.close()
-    seconds = time.perf_counter() - start
-    run.save_checkpoint({
-        "model": model.state_dict(),
-        "optimizer": opt.state_dict(),
-        "step": total_steps,
-        "tokens": total_steps * tokens_per_step,
-        "data_rng": gen.get_state(),
-    })
+    seconds = seconds_before + time.perf_counter() - start
     return {"train_seconds": round(seconds, 2), "steps": total_steps,
             "tokens_trained": total_steps * tokens_per_step,
-            "tok_per_s": round(total_steps * tokens_per_step / seconds),
+            "tok_per_s": round((total_steps - first_step) * tokens_per_step
+                               / max(1e-9, time.perf_counter() - start)),
             "final_train_loss": last["loss"], "final_val_loss": last.get("val_loss")}
 
 
@@ -168,13 +252,35 @@ def evaluate_run(model: GPT, corpus: Corpus, cfg: DictConfig, run: Run, sink: Si
     return curve, seconds
 
 
-def run_training(cfg: DictConfig, progress: bool = True, group: str | None = None) -> Path:
-    """One posexp run; returns its directory.  The run's status in run.json always ends as
-    completed, failed or diverged (interrupted when stopped by a signal).
+def comparable(config: DictConfig) -> str:
+    """The parts of a config that decide what a run computes: not where it is written, how
+    it is logged, or whether it may resume."""
+    c = OmegaConf.to_container(config, resolve=True, enum_to_str=True)
+    for key in ("logger", "results_dir", "experiment", "run_name"):
+        c.pop(key, None)
+    c["train"].pop("resume", None)
+    return json.dumps(c, sort_keys=True)
 
-    ``progress`` shows a progress bar on a terminal; ``group`` names the W&B group (a sweep).
+
+def run_training(cfg: DictConfig, progress: bool = True, group: str | None = None) -> str:
+    """One posexp run, in results_dir/experiment/run_name; returns "completed", or "skipped"
+    when that directory already holds a completed run of this config.
+
+    A run of this config that did not finish (interrupted, killed, failed) continues from its
+    last checkpoint, unless train.resume=false, which starts afresh; a run of another config
+    in the same directory is replaced.  run.json's status always ends as completed, failed,
+    diverged or interrupted.  ``progress`` shows a progress bar on a terminal; ``group``
+    names the W&B group (a sweep).
     """
     C.check(cfg)
+    path = Path(cfg.results_dir) / cfg.experiment / cfg.run_name
+    previous = Run.previous(path)
+    same = previous is not None and comparable(previous[1]) == comparable(cfg)
+    status = previous[0].get("status") if previous else None
+    if same and status == "completed" and cfg.train.resume:
+        print(f"posexp: {path}: already completed with this config, skipped "
+              "(train.resume=false trains it again)", file=sys.stderr)
+        return "skipped"
     device = pick_device(C.Device(cfg.device).value)
     corpus = load_corpus(cfg.data)
     if len(corpus.train) <= cfg.train.seq_len + 1:
@@ -183,8 +289,26 @@ def run_training(cfg: DictConfig, progress: bool = True, group: str | None = Non
     check_val_size(len(corpus.val), C.eval_lengths(cfg), cfg.eval.tokens)
     torch.manual_seed(cfg.seed)
     model = build_model(cfg, corpus.vocab_size).to(device)
-    path = Path(cfg.results_dir) / cfg.experiment / cfg.run_name
-    run = Run.create(path, cfg)
+    state = None
+    if same and cfg.train.resume and (path / CHECKPOINT).exists():
+        try:
+            state = Run(path).load_checkpoint()
+            model.load_state_dict(state["model"])
+        except (PosexpError, KeyError, RuntimeError) as e:
+            print(f"posexp: warning: {path}: cannot resume ({str(e).splitlines()[0]}); "
+                  "starting afresh", file=sys.stderr)
+            state = None
+            torch.manual_seed(cfg.seed)
+            model = build_model(cfg, corpus.vocab_size).to(device)
+    if state is not None:
+        run = Run(path)
+        run.resume(state["step"])
+        print(f"posexp: {path}: resuming from step {state['step']} "
+              f"({state['tokens']:,} tokens)", file=sys.stderr)
+    else:
+        if previous is not None and not same:
+            print(f"posexp: {path}: replacing a run of another config", file=sys.stderr)
+        run = Run.create(path, cfg)
     run.update(name=cfg.run_name, experiment=cfg.experiment, encoding=cfg.encoding.name,
                seq_len=cfg.train.seq_len, seed=cfg.seed, device=str(device),
                n_params=model.n_params(), corpus=corpus.describe(), versions=versions(),
@@ -195,25 +319,39 @@ def run_training(cfg: DictConfig, progress: bool = True, group: str | None = Non
           file=sys.stderr)
     sink = open_sink(cfg, path, group)
     try:
-        stats = fit(model, corpus, cfg, run, sink, device, progress)
-        run.update(**stats)
+        stats = fit(model, corpus, cfg, run, sink, device, progress, state)
+        run.update(**stats, weights_sha256=weights_hash(model))
         curve, seconds = evaluate_run(model, corpus, cfg, run, sink, device)
     except Diverged as e:
-        end(run, sink, "diverged", str(e))
+        end(run, sink, "diverged", str(e), **e.fields)
         raise
-    except KeyboardInterrupt:
-        end(run, sink, "interrupted", "stopped by the user")
+    except (Interrupted, KeyboardInterrupt) as e:
+        end(run, sink, "interrupted", str(e) or "stopped by the user")
         raise
     except BaseException as e:
         end(run, sink, "failed", f"{type(e).__name__}: {e}")
         raise
     end(run, sink, "completed", eval_seconds=round(seconds, 2))
     print(format_curve(curve, cfg.train.seq_len, f"{path}"))
-    return path
+    return "completed"
+
+
+def weights_hash(model: GPT) -> str:
+    """SHA-256 over every tensor of the state dict, in order: equal hashes, equal weights."""
+    digest = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
 
 
 def end(run: Run, sink: Sink, status: str, reason: str | None = None, **fields) -> None:
-    run.finish(status, reason, **fields)
+    """Record how the run ended; on a full disk even run.json may not be writable, and the
+    error that got us here matters more than this one."""
+    try:
+        run.finish(status, reason, **fields)
+    except PosexpError as e:
+        print(f"posexp: warning: {e}", file=sys.stderr)
     sink.finish(status)
 
 

@@ -1,0 +1,211 @@
+"""Interruptions, divergence, damaged files and bad input, through the real CLI."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from tests.conftest import TINY, read_json
+
+LONG = [a for a in TINY if not a.startswith(("train.tokens", "train.log_every"))] + [
+    "train.tokens=131072", "train.log_every=4", "train.checkpoint_every=1024",
+    "encoding=rope", "results_dir=out"]
+
+
+def start(cache_dir, cwd, *args):
+    env = {**os.environ, "POSEXP_CACHE": str(cache_dir)}
+    return subprocess.Popen([sys.executable, "-m", "posexp", *args], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def last_step(run_dir):
+    try:
+        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    except FileNotFoundError:
+        return 0
+    steps = [json.loads(line).get("step", 0) for line in lines if line.endswith("}")]
+    return max(steps, default=0)
+
+
+def wait_for_step(proc, run_dir, step, timeout=120):
+    deadline = time.time() + timeout
+    while last_step(run_dir) < step:
+        assert proc.poll() is None, f"finished before step {step}: {proc.stderr.read()}"
+        assert time.time() < deadline
+        time.sleep(0.01)
+
+
+def outcome(run_dir):
+    info = read_json(run_dir / "run.json")
+    return info["weights_sha256"], [p["loss"] for p in read_json(run_dir / "eval.json")["curve"]]
+
+
+@pytest.mark.slow
+def test_kill_9_at_random_points_then_resume_gives_identical_numbers(posexp, cache_dir,
+                                                                     tmp_path):
+    assert posexp("train", *LONG, "experiment=whole").returncode == 0
+    expected = outcome(tmp_path / "out/whole/rope-L16-s0")
+
+    run = tmp_path / "out/cut/rope-L16-s0"
+    kill_points = sorted(random.Random(5).sample(range(10, 1000), 3))
+    for point in kill_points:
+        proc = start(cache_dir, tmp_path, "train", *LONG, "experiment=cut")
+        wait_for_step(proc, run, point)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert read_json(run / "run.json")["status"] == "running"  # killed: nothing more said
+    r = posexp("train", *LONG, "experiment=cut")  # the same command again
+    assert r.returncode == 0, r.stderr
+    assert "resuming from step" in r.stderr
+    assert outcome(run) == expected
+    info = read_json(run / "run.json")
+    assert info["status"] == "completed" and info["resumed_from_step"] <= kill_points[-1]
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()
+             if "loss" in json.loads(line)]
+    assert steps == sorted(set(steps))  # no step logged twice after resuming
+    assert not list(run.glob(".*.tmp"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_signal_checkpoints_then_resume_command_finishes(posexp, cache_dir, tmp_path, sig,
+                                                         code):
+    assert posexp("train", *LONG, "experiment=whole").returncode == 0
+    expected = outcome(tmp_path / "out/whole/rope-L16-s0")
+    run = tmp_path / "out/sig/rope-L16-s0"
+    proc = start(cache_dir, tmp_path, "train", *LONG, "experiment=sig")
+    wait_for_step(proc, run, 300)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == code
+    assert err.strip().splitlines()[-1].startswith("posexp: error: stopped by SIG")
+    info = read_json(run / "run.json")
+    assert info["status"] == "interrupted" and "resume" in info["reason"]
+    stopped_at = torch.load(run / "checkpoint.pt", weights_only=True)["step"]
+    assert stopped_at >= 300
+    r = posexp("resume", str(run))
+    assert r.returncode == 0, r.stderr
+    assert f"resuming from step {stopped_at}" in r.stderr
+    assert outcome(run) == expected
+
+
+@pytest.mark.slow
+def test_killed_sweep_completes_only_what_is_missing(posexp, cache_dir, tmp_path):
+    grid = ["encoding=alibi,nope", *[a for a in LONG if not a.startswith("encoding")],
+            "experiment=sw"]
+    root = tmp_path / "out/sw"
+    proc = start(cache_dir, tmp_path, "sweep", *grid)
+    wait_for_step(proc, root / "nope-L16-s0", 50)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert read_json(root / "alibi-L16-s0/run.json")["status"] == "completed"
+    assert read_json(root / "nope-L16-s0/run.json")["status"] == "running"
+    done_stamp = (root / "alibi-L16-s0/checkpoint.pt").stat().st_mtime_ns
+    r = posexp("sweep", *grid)
+    assert r.returncode == 0, r.stderr
+    assert "alibi-L16-s0: already completed" in r.stderr and "resuming from step" in r.stderr
+    assert (root / "alibi-L16-s0/checkpoint.pt").stat().st_mtime_ns == done_stamp
+    assert read_json(root / "nope-L16-s0/run.json")["status"] == "completed"
+    assert "not completed" not in r.stdout
+
+
+@pytest.mark.slow
+def test_completed_run_is_skipped_unless_resume_false(posexp, tmp_path):
+    args = ["train", "encoding=nope", *TINY, "results_dir=out"]
+    assert posexp(*args).returncode == 0
+    ckpt = tmp_path / "out/default/nope-L16-s0/checkpoint.pt"
+    stamp = ckpt.stat().st_mtime_ns
+    r = posexp(*args)
+    assert r.returncode == 0 and "already completed with this config" in r.stderr
+    assert ckpt.stat().st_mtime_ns == stamp
+    r = posexp(*args, "train.resume=false")
+    assert r.returncode == 0 and ckpt.stat().st_mtime_ns != stamp
+
+
+@pytest.mark.slow
+def test_divergence_stops_the_run_and_the_sweep_goes_on(posexp, tmp_path):
+    r = posexp("sweep", "encoding=nope", "train.lr=1e6,0.002", *TINY, "train.log_every=2",
+               "run_name=lr${train.lr}", "results_dir=out")
+    assert r.returncode == 1  # one of two runs did not complete
+    info = read_json(tmp_path / "out/default/lr1000000.0/run.json")
+    assert info["status"] == "diverged" and info["diverged_at_step"] <= 4
+    assert "training diverged: loss became nan" in info["reason"]
+    assert not (tmp_path / "out/default/lr1000000.0/eval.json").exists()
+    assert read_json(tmp_path / "out/default/lr0.002/run.json")["status"] == "completed"
+    md = (tmp_path / "out/default/summary.md").read_text()
+    assert "diverged" in md and "| nope | 16 | 1 |" in md
+
+
+@pytest.mark.slow
+def test_disk_full_fails_cleanly_and_keeps_the_last_checkpoint(posexp, tmp_path):
+    probe = posexp("train", "encoding=nope", *TINY, "results_dir=probe")
+    assert probe.returncode == 0
+    size = (tmp_path / "probe/default/nope-L16-s0/checkpoint.pt").stat().st_size
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={int(size * 1.5)}",
+                              "tmpfs", str(disk)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        r = posexp("train", "encoding=nope", *TINY, "train.checkpoint_every=2048",
+                   f"results_dir={disk}")
+        assert r.returncode == 1
+        assert r.stderr.strip().splitlines()[-1].startswith("posexp: error: cannot write")
+        assert "No space left on device" in r.stderr and "Traceback" not in r.stderr
+        run = disk / "default/nope-L16-s0"
+        assert read_json(run / "run.json")["status"] == "failed"
+        state = torch.load(run / "checkpoint.pt", weights_only=True)  # the previous one, whole
+        assert state["step"] == 16
+        assert not list(run.glob(".*.tmp")) and not (run / "eval.json").exists()
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)
+
+
+def test_checkpoint_with_pickled_objects_is_refused(posexp, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("{}")
+    (run / "run.json").write_text('{"status": "completed"}')
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, ("echo owned > owned.txt",))
+
+    torch.save({"model": Payload()}, run / "checkpoint.pt")
+    r = posexp("eval", str(run))
+    assert r.returncode != 0
+    assert not (tmp_path / "owned.txt").exists()
+    r = subprocess.run([sys.executable, "-c", "from pathlib import Path; from posexp.runs import "
+                        f"Run; Run(Path('{run}')).load_checkpoint()"], capture_output=True,
+                       text=True, cwd=tmp_path)
+    assert "refusing to load" in r.stderr and not (tmp_path / "owned.txt").exists()
+
+
+@pytest.mark.slow
+def test_no_api_key_in_any_results_file(posexp, tmp_path):
+    secret = "0123456789abcdef0123456789abcdef01234567"
+    r = posexp("train", "encoding=nope", *TINY, "results_dir=out", "logger=wandb",
+               "logger.mode=offline", env={"WANDB_API_KEY": secret, "WANDB_SILENT": "true"})
+    assert r.returncode == 0, r.stderr
+    for path in (tmp_path / "out").rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), path
+
+
+def test_results_dir_that_cannot_be_created(posexp, tmp_path):
+    (tmp_path / "afile").write_text("x")
+    r = posexp("train", "encoding=nope", *TINY, f"results_dir={tmp_path / 'afile'}")
+    assert r.returncode == 2 and "results_dir: cannot create" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_unknown_launcher(posexp):
+    r = posexp("sweep", "encoding=nope", "hydra/launcher=ray", *TINY)
+    assert r.returncode == 2 and "there is no hydra/launcher 'ray'" in r.stderr
