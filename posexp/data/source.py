@@ -1,5 +1,5 @@
 """A corpus as streams: each split is a sequence of documents, each document a sequence of
-text blocks of about a megabyte, so no document or split is ever held in memory whole.
+text blocks of at most 128 KiB, so no document or split is ever held in memory whole.
 
 Blocks end at a line end where one is near (otherwise at a UTF-8 character boundary), so a
 tokenizer that encodes blocks one by one sees whole lines and whole characters.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 SEPARATOR = b"\0"  # between documents; text never holds it
 SPLITS = ("train", "val")
-BLOCK = 1 << 20
+BLOCK = 128 << 10
 
 Document = Iterable[bytes]
 
