@@ -8,6 +8,7 @@ divide the model width, ...); it runs before anything touches the disk.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -26,6 +27,19 @@ class Device(str, Enum):
 class EvalMode(str, Enum):
     nonoverlapping = "nonoverlapping"
     sliding = "sliding"
+
+
+class DataSource(str, Enum):
+    stdlib = "stdlib"  # the interpreter's standard library
+    text = "text"  # local files
+    enwik8 = "enwik8"  # the enwik8 file, cut at the standard byte offsets
+    hub = "hub"  # a Hugging Face Hub dataset through `datasets`
+
+
+class TokenizerKind(str, Enum):
+    byte = "byte"  # one token per byte, vocabulary 256
+    bpe = "bpe"  # byte-level BPE trained on the training split
+    file = "file"  # a tokenizer.json of the `tokenizers` library
 
 
 @dataclass
@@ -47,10 +61,22 @@ class EncodingConfig:
 
 @dataclass
 class DataConfig:
-    name: str = MISSING  # stdlib | text
-    path: str | None = None  # text: a file or a directory
+    name: str = MISSING  # the corpus, as runs and the token cache name it
+    source: DataSource | None = None  # where it comes from; default: data.name
+    path: str | None = None  # text: a file or a directory; enwik8: the enwik8 file
+    train_path: str | None = None  # text: separate training and validation files or directories
+    val_path: str | None = None
     glob: str = "**/*"  # text, directory: which files
     val_fraction: float = 0.02  # share of documents held out, chosen by a hash of their name
+    hf_name: str | None = None  # hub: dataset id (or a local dataset directory)
+    hf_config: str | None = None  # hub: the dataset's configuration (subset)
+    train_split: str = "train"  # hub: split expressions, e.g. "train[:10%]"
+    val_split: str = "validation"
+    text_column: str = "text"  # hub: the column that holds the text
+    join_rows: bool = False  # hub: rows are lines of one text (WikiText), not documents
+    tokenizer: TokenizerKind = TokenizerKind.byte
+    vocab_size: int = 8192  # bpe: vocabulary, 256 bytes included
+    tokenizer_path: str | None = None  # file: a tokenizer.json
     cache_dir: str | None = None  # default $POSEXP_CACHE or ~/.cache/posexp
 
 
@@ -148,8 +174,7 @@ def check(cfg: DictConfig) -> None:
     missing = sorted(OmegaConf.missing_keys(cfg))
     if missing:
         raise UsageError(f"{', '.join(missing)} must be set (e.g. {missing[0]}=...)")
-    if cfg.data.name == "text" and not cfg.data.path:
-        raise UsageError("data=text needs data.path=FILE_OR_DIR")
+    check_data(cfg.data)
     m = cfg.model
     for key in ("d_model", "n_layer", "n_head"):
         _positive(f"model.{key}", m[key])
@@ -182,9 +207,42 @@ def check(cfg: DictConfig) -> None:
             f"train.tokens ({t.tokens}) is less than one batch "
             f"(train.batch_size x train.seq_len = {t.batch_size * t.seq_len})"
         )
-    if not 0.0 < cfg.data.val_fraction < 1.0:
-        raise UsageError(f"data.val_fraction must be in (0, 1), got {cfg.data.val_fraction}")
     check_eval(cfg)
+
+
+def data_source(d: DictConfig) -> DataSource:
+    value = d.source or d.name
+    try:
+        return DataSource(value)
+    except ValueError:
+        raise UsageError(f"data.source must be one of {', '.join(s.value for s in DataSource)}; "
+                         f"got {value!r}") from None
+
+
+def check_data(d: DictConfig) -> None:
+    if not re.fullmatch(r"[\w.-]+", d.name):
+        raise UsageError(f"data.name must be a plain name (letters, digits, . _ -), got {d.name!r}")
+    source = data_source(d)
+    if source == DataSource.text:
+        if not d.path and not (d.train_path and d.val_path):
+            raise UsageError(f"data={d.name} needs data.path=FILE_OR_DIR, or both "
+                             "data.train_path and data.val_path")
+        if d.path and (d.train_path or d.val_path):
+            raise UsageError("data.path and data.train_path/data.val_path exclude each other; "
+                             "set one or the other")
+    if source == DataSource.enwik8 and not d.path:
+        raise UsageError(f"data={d.name} needs data.path=ENWIK8_FILE (unzipped from "
+                         "http://mattmahoney.net/dc/enwik8.zip)")
+    if source == DataSource.hub and not d.hf_name:
+        raise UsageError(f"data={d.name} needs data.hf_name=DATASET (a Hugging Face Hub id)")
+    if not 0.0 < d.val_fraction < 1.0:
+        raise UsageError(f"data.val_fraction must be in (0, 1), got {d.val_fraction}")
+    tokenizer = TokenizerKind(d.tokenizer)
+    if tokenizer == TokenizerKind.bpe and d.vocab_size <= 256:
+        raise UsageError(f"data.vocab_size must be above 256 (the byte alphabet) for "
+                         f"data.tokenizer=bpe, got {d.vocab_size}")
+    if tokenizer == TokenizerKind.file and not d.tokenizer_path:
+        raise UsageError("data.tokenizer=file needs data.tokenizer_path=TOKENIZER_JSON")
 
 
 def check_eval(cfg: DictConfig) -> None:

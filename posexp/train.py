@@ -332,7 +332,7 @@ def run_training(cfg: DictConfig, progress: bool = True, group: str | None = Non
         end(run, sink, "failed", f"{type(e).__name__}: {e}")
         raise
     end(run, sink, "completed", eval_seconds=round(seconds, 2))
-    print(format_curve(curve, cfg.train.seq_len, f"{path}"))
+    print(format_curve(curve, cfg.train.seq_len, f"{path}", per_byte=corpus.tokenizer != "byte"))
     return "completed"
 
 
@@ -355,20 +355,24 @@ def end(run: Run, sink: Sink, status: str, reason: str | None = None, **fields) 
     sink.finish(status)
 
 
-def format_curve(curve: list[dict], train_len: int, title: str) -> str:
-    """The table printed at the end of a run: length -> loss, perplexity, bits per token."""
+def format_curve(curve: list[dict], train_len: int, title: str, per_byte: bool = False) -> str:
+    """The table printed at the end of a run: length -> loss, perplexity, bits per token, and
+    bits per byte when tokens are not bytes."""
     lines = []
+    extra = f"  {'bits/byte':>9}" if per_byte else ""
     for mode in dict.fromkeys(p["mode"] for p in curve):
         points = [p for p in curve if p["mode"] == mode]
         lines.append(f"\n{title}: {mode}, {points[0]['tokens']:,} tokens scored at every length")
-        lines.append(f"{'length':>8}  {'loss (nats)':>11}  {'ppl':>8}  {'bits/token':>10}")
+        lines.append(f"{'length':>8}  {'loss (nats)':>11}  {'ppl':>8}  {'bits/token':>10}{extra}")
         for p in points:
             mark = "  <- train length" if p["length"] == train_len else ""
             if p["applicable"]:
+                bpb = f"  {p['bits_per_byte']:>9.4f}" if per_byte else ""
                 lines.append(f"{p['length']:>8}  {p['loss']:>11.4f}  {p['ppl']:>8.3f}  "
-                             f"{p['bits_per_token']:>10.4f}{mark}")
+                             f"{p['bits_per_token']:>10.4f}{bpb}{mark}")
             else:
-                lines.append(f"{p['length']:>8}  {'n/a':>11}  {'n/a':>8}  {'n/a':>10}  "
+                na = f"  {'n/a':>9}" if per_byte else ""
+                lines.append(f"{p['length']:>8}  {'n/a':>11}  {'n/a':>8}  {'n/a':>10}{na}  "
                              f"({p['reason']}){mark}")
     return "\n".join(lines)
 
@@ -382,10 +386,12 @@ def reevaluate(run: Run, cfg: DictConfig) -> Path:
                          "can be evaluated")
     device = pick_device(C.Device(cfg.device).value)
     corpus = load_corpus(cfg.data)
-    trained_on = info.get("corpus", {}).get("fingerprint")
-    if trained_on and trained_on != corpus.fingerprint:
-        raise PosexpError(f"the corpus has changed since {run.path} was trained "
-                          f"(fingerprint {corpus.fingerprint[:12]}, run has {trained_on[:12]})")
+    trained_on = info.get("corpus", {})
+    for key, what in (("fingerprint", "corpus"), ("tokenizer_fingerprint", "tokenizer")):
+        was, current = trained_on.get(key), getattr(corpus, key)
+        if was and was != current:
+            raise PosexpError(f"the {what} has changed since {run.path} was trained "
+                              f"(fingerprint {current[:12]}, run has {was[:12]})")
     state = run.load_checkpoint()
     model = build_model(cfg, corpus.vocab_size)
     try:
@@ -395,5 +401,6 @@ def reevaluate(run: Run, cfg: DictConfig) -> Path:
                           f"{str(e).splitlines()[0]}") from None
     curve, seconds = evaluate_run(model.to(device), corpus, cfg, run, Sink(), device)
     run.update(last_eval_at=now(), last_eval_seconds=round(seconds, 2))
-    print(format_curve(curve, cfg.train.seq_len, str(run.path)))
+    print(format_curve(curve, cfg.train.seq_len, str(run.path),
+                       per_byte=corpus.tokenizer != "byte"))
     return run.path

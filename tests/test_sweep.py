@@ -147,7 +147,7 @@ def test_reproduce_prints_verdicts(posexp, tmp_path):
     assert (out / "extrapolation_sliding.png").exists()
     # run again: nothing is retrained
     r = posexp("reproduce", "--preset", str(preset), "--results-dir", "out")
-    assert r.returncode == 0 and r.stdout.count("already completed with this config") == 6
+    assert r.returncode == 0 and r.stderr.count("already completed with this config") == 6
 
 
 def test_reproduce_unknown_preset(posexp):

@@ -1,24 +1,39 @@
 """Corpora as token arrays: a train stream and a validation stream, memory-mapped from a cache.
 
-Documents are split between train and validation by a hash of their name, so the split does
-not depend on the order files are found in, and joined with a NUL byte, which text never
-holds, as the document separator.  Tokens are bytes (vocabulary 256).
+A source (the stdlib, local text, enwik8, a hub dataset) gives each split as a stream of
+documents, joined with a NUL byte, which text never holds, as the document separator.
+Loading streams the corpus once to fingerprint it (a SHA-256 of each split's joined bytes);
+the token cache is keyed by that fingerprint and the tokenizer's, and built once: the corpus
+is streamed again, tokenized in parallel batches and appended to the cache files, so no
+split is ever held in memory.  A BPE tokenizer is trained on the training split once per
+corpus and vocabulary size, and cached too.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+import sys
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from omegaconf import DictConfig
+from tqdm.auto import tqdm
 
-from posexp.data.cache import cache_root, load_or_build
+from posexp.config import DataSource, TokenizerKind, data_source
+from posexp.data.cache import build_once, cache_root, open_tokens, token_dtype, write_meta
+from posexp.data.source import SEPARATOR, SPLITS, Document, Source, in_validation
+from posexp.data.tokenizer import ByteTokenizer, JsonTokenizer, tokenizer_file, train_bpe
 from posexp.errors import UsageError
 
-SEPARATOR = b"\0"
-VOCAB_SIZE = 256
+__all__ = ["SEPARATOR", "Corpus", "in_validation", "load_corpus"]
+
+# Text per encode_batch call: 16 blocks, encoded in parallel.  A tokenizers Encoding costs
+# about 70 bytes of memory per byte of text, so this bounds the peak near 150 MB.
+BATCH_BYTES = 2 << 20
+
+Tokenizer = ByteTokenizer | JsonTokenizer
 
 
 @dataclass
@@ -30,70 +45,152 @@ class Corpus:
     fingerprint: str
     documents: dict[str, int]  # split -> number of documents
     token_bytes: np.ndarray  # bytes each token id decodes to, for bits per byte
+    tokenizer: str
+    tokenizer_fingerprint: str
+    text_bytes: dict[str, int]  # split -> bytes of text, separators included
 
     def describe(self) -> dict:
         return {
             "name": self.name,
             "fingerprint": self.fingerprint,
-            "tokenizer": "byte",
+            "tokenizer": self.tokenizer,
+            "tokenizer_fingerprint": self.tokenizer_fingerprint,
             "vocab_size": self.vocab_size,
             "train_tokens": int(self.train.size),
             "val_tokens": int(self.val.size),
+            "bytes": self.text_bytes,
             "documents": self.documents,
         }
 
 
-def in_validation(name: str, val_fraction: float) -> bool:
-    """The deterministic document-level split: a hash of the name, compared to the fraction."""
-    h = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big")
-    return h / 2**64 < val_fraction
+@dataclass
+class Scan:
+    fingerprint: str
+    bytes: dict[str, int]
+    documents: dict[str, int]
 
 
-def split_documents(
-    documents: Iterable[tuple[str, bytes]], val_fraction: float
-) -> tuple[bytes, bytes, dict[str, int]]:
-    """Join each split's documents.  A corpus of one document (a single file) is split
-    inside it instead: the last ``val_fraction`` of it, from a line start, is validation."""
-    docs = list(documents)
-    if len(docs) == 1:
-        text = docs[0][1]
-        cut = int(len(text) * (1 - val_fraction))
-        line_start = text.find(b"\n", cut) + 1
-        cut = line_start if 0 < line_start < len(text) else cut
-        return text[:cut], text[cut:], {"train": 1, "val": 1}
-    parts: dict[str, list[bytes]] = {"train": [], "val": []}
-    for name, text in docs:
-        parts["val" if in_validation(name, val_fraction) else "train"].append(text)
-    counts = {split: len(docs) for split, docs in parts.items()}
-    return SEPARATOR.join(parts["train"]), SEPARATOR.join(parts["val"]), counts
+def joined(documents: Iterable[Document]) -> Iterator[bytes]:
+    """A split's blocks, with the separator between documents (empty ones too)."""
+    for i, document in enumerate(documents):
+        if i:
+            yield SEPARATOR
+        yield from document
+
+
+def scan(source: Source) -> Scan:
+    """Stream every split once: its size, its documents, and the corpus fingerprint."""
+    digest = hashlib.sha256()
+    sizes, counts = {}, {}
+    for split in SPLITS:
+        h, size, count = hashlib.sha256(), 0, 0
+        for count, document in enumerate(source.splits[split](), 1):
+            if count > 1:
+                h.update(SEPARATOR)
+                size += len(SEPARATOR)
+            for block in document:
+                h.update(block)
+                size += len(block)
+        digest.update(h.digest())
+        sizes[split], counts[split] = size, count
+    return Scan(digest.hexdigest(), sizes, counts)
+
+
+def open_source(cfg: DictConfig) -> Source:
+    source = data_source(cfg)
+    if source == DataSource.stdlib:
+        from posexp.data.stdlib import stdlib_source
+
+        return stdlib_source(cfg.name, cfg.val_fraction)
+    if source == DataSource.text:
+        from posexp.data.text import text_source
+
+        return text_source(cfg)
+    if source == DataSource.enwik8:
+        from posexp.data.text import enwik8_source
+
+        return enwik8_source(cfg)
+    from posexp.data.hub import hub_source
+
+    return hub_source(cfg)
+
+
+def bpe_tokenizer(source: Source, fingerprint: str, vocab_size: int, root: Path) -> JsonTokenizer:
+    """The BPE trained on this corpus's training split, trained once and cached."""
+    directory = root / "tokenizers" / f"{source.name}-{fingerprint[:16]}-bpe{vocab_size}"
+
+    def build(tmp: Path) -> None:
+        texts = (block.decode("utf-8", errors="replace")
+                 for document in source.splits["train"]() for block in document)
+        (tmp / "tokenizer.json").write_text(train_bpe(texts, vocab_size))
+
+    build_once(directory, build)
+    return JsonTokenizer("bpe", (directory / "tokenizer.json").read_text())
+
+
+def make_tokenizer(cfg: DictConfig, source: Source, fingerprint: str, root: Path) -> Tokenizer:
+    kind = TokenizerKind(cfg.tokenizer)
+    if kind == TokenizerKind.bpe:
+        return bpe_tokenizer(source, fingerprint, cfg.vocab_size, root)
+    if kind == TokenizerKind.file:
+        return tokenizer_file(cfg.tokenizer_path)
+    return ByteTokenizer()
+
+
+def batches(blocks: Iterable[bytes]) -> Iterator[list[bytes]]:
+    batch, size = [], 0
+    for block in blocks:
+        batch.append(block)
+        size += len(block)
+        if size >= BATCH_BYTES:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def write_tokens(directory: Path, source: Source, tokenizer: Tokenizer, scanned: Scan) -> None:
+    dtype = token_dtype(tokenizer.vocab_size)
+    tokens = {}
+    for split in SPLITS:
+        n = 0
+        with (directory / f"{split}.bin").open("wb") as f, tqdm(
+            total=scanned.bytes[split], unit="B", unit_scale=True, disable=None,
+            desc=f"tokenizing {source.name} {split} ({tokenizer.name})", file=sys.stderr,
+        ) as bar:
+            for batch in batches(joined(source.splits[split]())):
+                for ids in tokenizer.encode_batch(batch):
+                    ids.astype(dtype, copy=False).tofile(f)
+                    n += ids.size
+                bar.update(sum(map(len, batch)))
+        tokens[split] = n
+    if tokenizer.definition is not None:
+        (directory / "tokenizer.json").write_text(tokenizer.definition)
+    write_meta(directory, {
+        "corpus": source.name, "fingerprint": scanned.fingerprint,
+        "tokenizer": tokenizer.name, "tokenizer_fingerprint": tokenizer.fingerprint,
+        "vocab_size": tokenizer.vocab_size, "dtype": dtype.name,
+        "tokens": tokens, "bytes": scanned.bytes, "documents": scanned.documents,
+    })
 
 
 def load_corpus(cfg: DictConfig) -> Corpus:
     """Token arrays for ``cfg`` (the ``data`` config group), built once and then memory-mapped."""
-    if cfg.name == "stdlib":
-        from posexp.data.stdlib import stdlib_documents
-
-        documents, source = stdlib_documents(), "stdlib"
-    elif cfg.name == "text":
-        from posexp.data.text import text_documents
-
-        documents, source = text_documents(cfg.path, cfg.glob, cache_root(cfg.cache_dir)), "text"
-    else:
-        raise UsageError(f"unknown data {cfg.name!r}; available: stdlib, text")
-    train, val, counts = split_documents(documents, cfg.val_fraction)
-    if not train or not val:
+    source = open_source(cfg)
+    scanned = scan(source)
+    if not all(scanned.bytes.values()):
+        counts = scanned.documents
         raise UsageError(
-            f"data: {source} corpus has {counts['train']} training and {counts['val']} "
+            f"data: {source.name} corpus has {counts['train']} training and {counts['val']} "
             f"validation documents; both splits need at least one (data.val_fraction="
             f"{cfg.val_fraction})"
         )
-    digest = hashlib.sha256()
-    for split in (train, val):
-        digest.update(hashlib.sha256(split).digest())
-    fingerprint = digest.hexdigest()
-    arrays = load_or_build(
-        cache_root(cfg.cache_dir) / f"{source}-byte-{fingerprint[:16]}",
-        {"train": np.frombuffer(train, dtype=np.uint8), "val": np.frombuffer(val, dtype=np.uint8)},
-    )
-    return Corpus(source, arrays["train"], arrays["val"], VOCAB_SIZE, fingerprint, counts,
-                  token_bytes=np.ones(VOCAB_SIZE, dtype=np.int64))
+    root = cache_root(cfg.cache_dir)
+    tokenizer = make_tokenizer(cfg, source, scanned.fingerprint, root)
+    directory = root / (f"{source.name}-{scanned.fingerprint[:16]}-"
+                        f"{tokenizer.name}-{tokenizer.fingerprint[:16]}")
+    build_once(directory, lambda tmp: write_tokens(tmp, source, tokenizer, scanned))
+    arrays = open_tokens(directory, SPLITS)
+    return Corpus(source.name, arrays["train"], arrays["val"], tokenizer.vocab_size,
+                  scanned.fingerprint, scanned.documents, tokenizer.token_bytes,
+                  tokenizer.name, tokenizer.fingerprint, scanned.bytes)

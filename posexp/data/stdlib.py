@@ -9,8 +9,9 @@ corpus on every machine.
 from __future__ import annotations
 
 import sysconfig
-from collections.abc import Iterator
 from pathlib import Path
+
+from posexp.data.source import Source, file_source
 
 EXCLUDED_DIRS = {"site-packages", "dist-packages", "__pycache__"}
 EXCLUDED_PREFIXES = ("_sysconfigdata_",)
@@ -26,7 +27,8 @@ def stdlib_files(root: Path | None = None) -> list[Path]:
     )
 
 
-def stdlib_documents(root: Path | None = None) -> Iterator[tuple[str, bytes]]:
-    root = root or Path(sysconfig.get_paths()["stdlib"])
-    for path in stdlib_files(root):
-        yield path.relative_to(root).as_posix(), path.read_bytes()
+def stdlib_source(name: str, val_fraction: float) -> Source:
+    root = Path(sysconfig.get_paths()["stdlib"])
+    files = stdlib_files(root)
+    return file_source(name, files, [p.relative_to(root).as_posix() for p in files],
+                       val_fraction)

@@ -1,53 +1,91 @@
-"""Local text corpora, loaded through the ``datasets`` library's text builder.
+"""Local corpora: UTF-8 text files, and the enwik8 file.
 
 ``data.path`` is a file or a directory; a directory is read recursively, keeping the files
-that match ``data.glob`` (empty files are skipped).  Each file is one document.
+that match ``data.glob`` (empty files are skipped).  Each file is one document.  With
+``data.train_path`` and ``data.val_path`` instead, the split is the user's.  Files are read
+in blocks, never whole, and checked to be UTF-8 as they are read.
 """
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import Iterator
 from pathlib import Path
 
+from omegaconf import DictConfig
+
+from posexp.data.source import Document, Source, cut_blocks, file_source, read_range
 from posexp.errors import UsageError
 
+# enwik8: the first 10^8 bytes of a Wikipedia dump; 90M train, 5M validation, 5M test
+ENWIK8_SIZE = 100_000_000
+ENWIK8_TRAIN = 90_000_000
+ENWIK8_VAL = 5_000_000
 
-def text_files(path: str, glob: str) -> list[Path]:
+
+def text_files(path: str, glob: str, key: str = "data.path") -> list[Path]:
     root = Path(path).expanduser()
     if not root.exists():
-        raise UsageError(f"data.path {path!r} does not exist")
+        raise UsageError(f"{key} {path!r} does not exist")
     files = [root] if root.is_file() else sorted(p for p in root.glob(glob) if p.is_file())
     if not files:
-        raise UsageError(f"data.path {path!r} holds no files matching data.glob={glob!r}")
+        raise UsageError(f"{key} {path!r} holds no files matching data.glob={glob!r}")
     for f in files:
         try:
             with f.open("rb") as fh:
                 head = fh.read(8192)
         except OSError as e:
-            raise UsageError(f"data.path: cannot read {f}: {e.strerror}") from None
+            raise UsageError(f"{key}: cannot read {f}: {e.strerror}") from None
         if b"\0" in head:
-            raise UsageError(f"data.path: {f} is binary, not text (narrow it with data.glob)")
+            raise UsageError(f"{key}: {f} is binary, not text (narrow it with data.glob)")
     files = [f for f in files if f.stat().st_size > 0]
     if not files:
-        raise UsageError(f"data.path {path!r} holds only empty files")
+        raise UsageError(f"{key} {path!r} holds only empty files")
     return files
 
 
-def text_documents(path: str, glob: str, cache_dir: Path) -> Iterator[tuple[str, bytes]]:
-    import datasets
-
-    files = text_files(path, glob)
+def document_names(path: str, files: list[Path]) -> list[str]:
     root = Path(path).expanduser()
-    datasets.disable_progress_bars()
+    return [f.name if root.is_file() else f.relative_to(root).as_posix() for f in files]
+
+
+def read_utf8(path: Path, start: int = 0, end: int | None = None) -> Iterator[bytes]:
+    decoder = codecs.getincrementaldecoder("utf-8")()
     try:
-        ds = datasets.load_dataset(
-            "text",
-            data_files={"train": [str(f) for f in files]},
-            sample_by="document",
-            cache_dir=str(cache_dir / "datasets"),
-        )["train"]
+        for chunk in read_range(path, start, end):
+            decoder.decode(chunk)
+            yield chunk
+        decoder.decode(b"", final=True)
     except UnicodeDecodeError as e:
-        raise UsageError(f"data.path {path!r}: a file is not UTF-8 text ({e.reason})") from None
-    for f, row in zip(files, ds, strict=True):
-        name = f.name if root.is_file() else f.relative_to(root).as_posix()
-        yield name, row["text"].encode()
+        raise UsageError(f"data: {path} is not UTF-8 text ({e.reason})") from None
+
+
+def text_source(cfg: DictConfig) -> Source:
+    if cfg.path:
+        files = text_files(cfg.path, cfg.glob)
+        return file_source(cfg.name, files, document_names(cfg.path, files), cfg.val_fraction,
+                           read_utf8)
+    splits = {"train": text_files(cfg.train_path, cfg.glob, "data.train_path"),
+              "val": text_files(cfg.val_path, cfg.glob, "data.val_path")}
+
+    def documents(files: list[Path]) -> Iterator[Document]:
+        for f in files:
+            yield cut_blocks(read_utf8(f))
+
+    return Source(cfg.name, {split: lambda files=files: documents(files)
+                             for split, files in splits.items()})
+
+
+def enwik8_source(cfg: DictConfig) -> Source:
+    path = Path(cfg.path).expanduser()
+    if not path.is_file():
+        raise UsageError(f"data.path {cfg.path!r} is not a file (data=enwik8 needs the unzipped "
+                         "enwik8 file)")
+    if path.stat().st_size != ENWIK8_SIZE:
+        raise UsageError(f"data.path: enwik8 is {ENWIK8_SIZE:,} bytes; {path} has "
+                         f"{path.stat().st_size:,} (is it still zipped?)")
+    val_end = ENWIK8_TRAIN + ENWIK8_VAL
+    return Source(cfg.name, {
+        "train": lambda: iter([cut_blocks(read_range(path, 0, ENWIK8_TRAIN))]),
+        "val": lambda: iter([cut_blocks(read_range(path, ENWIK8_TRAIN, val_end))]),
+    })

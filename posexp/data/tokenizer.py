@@ -1,0 +1,101 @@
+"""Tokenizers: bytes (the default), a byte-level BPE trained on the training split, or any
+``tokenizer.json`` of the ``tokenizers`` library.
+
+Each has a fingerprint (a hash of what defines it), which keys the token cache and goes into
+every run, and ``token_bytes``: how many bytes of text each token id stands for, so that bits
+per byte compare runs with different tokenizers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+
+from posexp.errors import UsageError
+
+BYTE_FALLBACK = re.compile(r"<0x[0-9A-Fa-f]{2}>")
+
+
+class ByteTokenizer:
+    name = "byte"
+    vocab_size = 256
+    fingerprint = hashlib.sha256(b"byte").hexdigest()
+    token_bytes = np.ones(256, dtype=np.int64)
+    definition = None  # nothing to save
+
+    def encode_batch(self, blocks: list[bytes]) -> list[np.ndarray]:
+        return [np.frombuffer(b"".join(blocks), dtype=np.uint8)]
+
+
+class JsonTokenizer:
+    """A ``tokenizers`` tokenizer, defined by its JSON; encodes blocks in parallel batches."""
+
+    def __init__(self, name: str, definition: str) -> None:
+        from tokenizers import Tokenizer
+
+        self.name = name
+        self.definition = definition
+        self.fingerprint = hashlib.sha256(definition.encode()).hexdigest()
+        self.tokenizer = Tokenizer.from_str(definition)
+        vocab = self.tokenizer.get_vocab(with_added_tokens=True)
+        self.vocab_size = max(vocab.values()) + 1
+        self.token_bytes = self._token_bytes(vocab)
+
+    def _token_bytes(self, vocab: dict[str, int]) -> np.ndarray:
+        """Exact for byte-level tokenizers (each character of a token stands for one byte);
+        otherwise the UTF-8 length of each token decoded alone.  Special tokens are 0."""
+        decoder = json.loads(self.definition).get("decoder") or {}
+        special = {t.content for t in self.tokenizer.get_added_tokens_decoder().values()
+                   if t.special}
+        lengths = np.zeros(self.vocab_size, dtype=np.int64)
+        for token, i in vocab.items():
+            if token in special:
+                continue
+            if decoder.get("type") == "ByteLevel":
+                lengths[i] = len(token)
+            elif BYTE_FALLBACK.fullmatch(token):
+                lengths[i] = 1
+            else:
+                lengths[i] = len(self.tokenizer.decode([i]).encode())
+        return lengths
+
+    def encode_batch(self, blocks: list[bytes]) -> list[np.ndarray]:
+        texts = [b.decode("utf-8", errors="replace") for b in blocks]
+        encodings = self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)
+        return [np.asarray(e.ids, dtype=np.int64) for e in encodings]
+
+
+def train_bpe(texts: Iterable[str], vocab_size: int) -> str:
+    """A byte-level BPE (GPT-2's pre-tokenization, all 256 bytes in the vocabulary, so any
+    text encodes without unknown tokens); returns its JSON."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=2,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=sys.stderr.isatty(),
+    )
+    tokenizer.train_from_iterator(texts, trainer)
+    return tokenizer.to_str()
+
+
+def tokenizer_file(path: str) -> JsonTokenizer:
+    file = Path(path).expanduser()
+    try:
+        definition = file.read_text()
+        return JsonTokenizer("file", definition)
+    except OSError as e:
+        raise UsageError(f"data.tokenizer_path: cannot read {path!r}: {e.strerror}") from None
+    except Exception as e:  # tokenizers raises a bare Exception for a malformed file
+        raise UsageError(f"data.tokenizer_path: {path!r} is not a tokenizer.json of the "
+                         f"tokenizers library ({str(e).splitlines()[0]})") from None
