@@ -97,11 +97,15 @@ def score_windows(
     return float(total), pos_mean
 
 
-def bucket(values: np.ndarray, n_buckets: int) -> tuple[list[int], list[float]]:
-    """Mean of ``values`` over n_buckets equal runs of positions; returns (first position, mean)."""
-    size = max(1, math.ceil(len(values) / n_buckets))
-    starts = list(range(0, len(values), size))
-    return starts, [float(values[s : s + size].mean()) for s in starts]
+def bucket(values: np.ndarray, n_buckets: int) -> tuple[list[int], list[int], list[float]]:
+    """Mean of ``values`` over at most n_buckets runs of positions whose ends grow
+    geometrically (1, 2, 3, 5, ... up to the window), so early positions -- where the
+    early-token curse lives -- keep their detail and late ones average many positions.
+    Returns (first positions, ends (exclusive), means)."""
+    n = len(values)
+    ends = sorted({max(1, round(n ** (i / n_buckets))) for i in range(1, n_buckets + 1)})
+    starts = [0, *ends[:-1]]
+    return starts, ends, [float(values[s:e].mean()) for s, e in zip(starts, ends, strict=True)]
 
 
 def point(mode: str, length: int, stride: int, first: int, n_tokens: int) -> dict:
@@ -187,13 +191,13 @@ def extrapolation_curve(
 def per_position_record(
     length: int, first: int, n_tokens: int, pos_mean: np.ndarray, n_buckets: int
 ) -> dict:
-    starts, means = bucket(pos_mean, n_buckets)
+    starts, ends, means = bucket(pos_mean, n_buckets)
     return {
         "length": length,
         "first_token": first,
         "tokens": n_tokens,
         "windows": n_tokens // length,
-        "bucket_size": starts[1] - starts[0] if len(starts) > 1 else length,
         "position": starts,
+        "position_end": ends,
         "loss": means,
     }

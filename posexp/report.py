@@ -216,14 +216,26 @@ def _describe(runs: list[RunResult]) -> str:
     return f"corpus: {', '.join(corpora)}; model: {size} params{dims}"
 
 
-def extrapolation_figure(runs: list[RunResult], mode: str):
+def _axes():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 5.2), constrained_layout=True)
-    notes = []
+    return plt.subplots(figsize=(8, 5.2), constrained_layout=True)
+
+
+def _finish(ax, xlabel: str, ylabel: str, title: str) -> None:
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(f"{xlabel} (log₂ scale); dotted: training length")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def extrapolation_figure(runs: list[RunResult], mode: str):
+    fig, ax = _axes()
     for i, ((enc, train_len), members) in enumerate(grouped(runs).items()):
         stats = curve_stats(members, mode)
         xs = [length for length, s in stats.items() if s["applicable"]]
@@ -235,29 +247,19 @@ def extrapolation_figure(runs: list[RunResult], mode: str):
         if len(xs) < len(stats):
             skipped = [length for length, s in stats.items() if not s["applicable"]]
             label += f" — n/a at {', '.join(map(str, skipped))}"
-            notes.append(enc)
         ax.plot(xs, [stats[x]["mean"] for x in xs], "o-", color=color, label=label)
         if len(members) > 1:
             ax.fill_between(xs, [stats[x]["min"] for x in xs], [stats[x]["max"] for x in xs],
                             color=color, alpha=0.2, linewidth=0)
         ax.axvline(train_len, color=color, linestyle=":", linewidth=1)
-    ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.set_xlabel("evaluation length (tokens, log₂ scale); dotted: training length")
-    ax.set_ylabel("perplexity (log scale)")
-    ax.set_title(f"Perplexity vs evaluation length ({mode})\n{_describe(runs)}", fontsize=10)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    _finish(ax, "evaluation length in tokens", "perplexity (log scale)",
+            f"Perplexity vs evaluation length ({mode})\n{_describe(runs)}")
     return fig
 
 
 def per_position_figure(runs: list[RunResult]):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 5.2), constrained_layout=True)
+    fig, ax = _axes()
     for i, ((enc, train_len), members) in enumerate(grouped(runs).items()):
         curves = [max(r.per_position, key=lambda p: p["length"]) for r in members
                   if r.per_position]
@@ -265,17 +267,15 @@ def per_position_figure(runs: list[RunResult]):
             continue
         longest = max(c["length"] for c in curves)
         curves = [c for c in curves if c["length"] == longest]
-        xs = [p + curves[0]["bucket_size"] / 2 for p in curves[0]["position"]]
+        # each bucket at the middle of the span [start, end) it covers
+        xs = [(s + e) / 2 for s, e in zip(curves[0]["position"], curves[0]["position_end"],
+                                          strict=True)]
         ys = [sum(c["loss"][j] for c in curves) / len(curves) for j in range(len(xs))]
         color = f"C{i % 10}"
         ax.plot(xs, ys, "-", color=color, label=f"{enc} (L_train={train_len}, window {longest})")
         ax.axvline(train_len, color=color, linestyle=":", linewidth=1)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("position inside the window (log₂ scale); dotted: training length")
-    ax.set_ylabel("mean loss (nats per token)")
-    ax.set_title(f"Loss by position in the longest window\n{_describe(runs)}", fontsize=10)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    _finish(ax, "position inside the window", "mean loss (nats per token)",
+            f"Loss by position in the longest window\n{_describe(runs)}")
     return fig
 
 

@@ -37,3 +37,12 @@ def posexp(cache_dir, tmp_path):
 
 def read_json(path: Path) -> dict:
     return json.loads(path.read_text())
+
+
+def assert_usage_error(r, message: str) -> None:
+    """Exit 2, one line on stderr that starts with posexp's prefix and holds ``message``."""
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("posexp: error: "), r.stderr
+    assert message in lines[0]
+    assert "Traceback" not in r.stderr

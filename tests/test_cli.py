@@ -6,7 +6,7 @@ import pytest
 import torch
 import yaml
 
-from tests.conftest import TINY, read_json
+from tests.conftest import TINY, assert_usage_error, read_json
 
 ENCODINGS = ["nope", "learned", "sinusoidal", "rope", "alibi"]
 
@@ -116,11 +116,7 @@ USAGE_ERRORS = [
 @pytest.mark.parametrize("args,message", USAGE_ERRORS, ids=lambda v: str(v)[:40])
 def test_usage_errors_are_one_line_and_exit_2(posexp, tmp_path, args, message):
     r = posexp("train", *args, "results_dir=out")
-    assert r.returncode == 2, (r.stdout, r.stderr)
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("posexp: error: "), r.stderr
-    assert message in lines[0]
-    assert "Traceback" not in r.stderr
+    assert_usage_error(r, message)
     assert not list((tmp_path / "out").glob("*/*/run.json"))
 
 

@@ -3,7 +3,7 @@ dataset from a local directory offline, and the one-line errors."""
 
 import pytest
 
-from tests.conftest import TINY, read_json
+from tests.conftest import TINY, assert_usage_error, read_json
 from tests.test_data import write_words
 
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
@@ -88,7 +88,4 @@ DATA_ERRORS = [
 @pytest.mark.parametrize("args,message", DATA_ERRORS, ids=lambda v: str(v)[:40])
 def test_data_usage_errors_are_one_line_and_exit_2(posexp, tmp_path, args, message):
     r = posexp("train", *args, "results_dir=out")
-    assert r.returncode == 2, (r.stdout, r.stderr)
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("posexp: error: "), r.stderr
-    assert message in lines[0]
+    assert_usage_error(r, message)

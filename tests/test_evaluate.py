@@ -39,8 +39,12 @@ def test_same_tokens_at_every_length():
 
 
 def test_bucket_means():
-    starts, means = bucket(np.arange(8, dtype=float), 4)
-    assert starts == [0, 2, 4, 6] and means == [0.5, 2.5, 4.5, 6.5]
+    # ends at 8^(1/4), 8^(2/4), 8^(3/4), 8 rounded: 2, 3, 5, 8
+    starts, ends, means = bucket(np.arange(8, dtype=float), 4)
+    assert starts == [0, 2, 3, 5] and ends == [2, 3, 5, 8]
+    assert means == [0.5, 2.0, 3.5, 6.0]
+    starts, ends, _ = bucket(np.zeros(1024), 64)
+    assert ends[-1] == 1024 and starts[:4] == [0, 1, 2, 3] and len(starts) <= 64
 
 
 def test_val_size_check_names_the_numbers():
@@ -75,9 +79,18 @@ def test_curve_matches_direct_loss():
     assert curve[0]["ppl"] == pytest.approx(math.exp(curve[0]["loss"]))
     assert curve[0]["bits_per_token"] == pytest.approx(curve[0]["loss"] / math.log(2))
     assert curve[0]["bits_per_byte"] == pytest.approx(curve[0]["bits_per_token"])
-    # per-position curve at the longest length (64): 4 windows, 8 buckets of 8 positions
+    # per-position curve at the longest length (64): 4 windows, 8 geometric buckets
     assert per_pos["length"] == 64 and per_pos["windows"] == 4
-    assert per_pos["position"] == list(range(0, 64, 8)) and len(per_pos["loss"]) == 8
+    assert per_pos["position"] == [0, 2, 3, 5, 8, 13, 23, 38]
+    assert per_pos["position_end"] == [2, 3, 5, 8, 13, 23, 38, 64]
+    with torch.no_grad():
+        x = windows[:-1].view(4, 64)
+        y = windows[1:].view(4, 64)
+        by_position = F.cross_entropy(model.head(model.hidden(x)).transpose(1, 2), y,
+                                      reduction="none").mean(0)
+    expected = [by_position[s:e].mean().item()
+                for s, e in zip(per_pos["position"], per_pos["position_end"], strict=True)]
+    assert per_pos["loss"] == pytest.approx(expected, rel=1e-5)
 
 
 def test_sliding_equals_nonoverlapping_when_stride_is_window():
