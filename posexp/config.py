@@ -97,6 +97,7 @@ class TrainConfig:
     val_tokens: int = 16_384
     checkpoint_every: int = 500_000  # tokens; also on SIGINT/SIGTERM
     resume: bool = True  # continue an unfinished run of the same config; false: start afresh
+    compile: bool | None = None  # torch.compile the training step; default: on CUDA only
 
 
 @dataclass

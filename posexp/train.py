@@ -15,10 +15,12 @@ from pathlib import Path
 import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
+from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
 from posexp import config as C
 from posexp.data import Corpus, load_corpus
+from posexp.distributed import World, barrier, join, leave, mean
 from posexp.errors import PosexpError, UsageError
 from posexp.evaluate import autocast, check_val_size, extrapolation_curve, score_windows
 from posexp.model import GPT, GPTConfig
@@ -75,6 +77,12 @@ def lr_at(step: int, total: int, warmup: int, lr: float, min_ratio: float) -> fl
         return lr * (step + 1) / warmup
     progress = (step - warmup) / max(1, total - warmup)
     return lr * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def use_compile(cfg: DictConfig, device: torch.device) -> bool:
+    """train.compile, or when unset: on CUDA yes; on CPU no -- compiling takes longer than
+    the few minutes of a CPU run it would speed up (scripts/bench.py --compile measures it)."""
+    return device.type == "cuda" if cfg.train.compile is None else bool(cfg.train.compile)
 
 
 def make_optimizer(model: GPT, cfg: DictConfig, device: torch.device) -> torch.optim.AdamW:
@@ -156,11 +164,22 @@ class StopSignals:
             signal.signal(sig, handler)
 
 
-def fit(model: GPT, corpus: Corpus, cfg: DictConfig, run: Run, sink: Sink,
-        device: torch.device, progress: bool = True, resume: dict | None = None) -> dict:
+def fit(model: GPT, corpus: Corpus, cfg: DictConfig, run: Run | None, sink: Sink,
+        device: torch.device, progress: bool = True, resume: dict | None = None,
+        world: World = World()) -> dict:
     """Train to the token budget, checkpointing every train.checkpoint_every tokens and on
-    SIGINT/SIGTERM; ``resume`` is a checkpoint to continue from exactly where it stopped."""
+    SIGINT/SIGTERM; ``resume`` is a checkpoint to continue from exactly where it stopped.
+    In a world of several processes each trains on its slice of every batch, and only rank
+    0 (the one given a ``run``) writes."""
     t = cfg.train
+    rows = slice(world.rank * t.batch_size // world.size,
+                 (world.rank + 1) * t.batch_size // world.size)
+    step_model = model
+    if world.size > 1:
+        step_model = DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None)
+    if use_compile(cfg, device):
+        step_model = torch.compile(step_model)
     tokens_per_step = t.batch_size * t.seq_len
     total_steps = t.tokens // tokens_per_step
     warmup = min(total_steps, t.warmup_tokens // tokens_per_step)
@@ -176,6 +195,8 @@ def fit(model: GPT, corpus: Corpus, cfg: DictConfig, run: Run, sink: Sink,
         first_step, last, seconds_before = resume["step"], resume["last"], resume["seconds"]
 
     def checkpoint(step: int) -> None:
+        if run is None:
+            return
         run.save_checkpoint({
             "model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
             "tokens": step * tokens_per_step, "data_rng": gen.get_state(), "rng": rng_state(),
@@ -185,16 +206,17 @@ def fit(model: GPT, corpus: Corpus, cfg: DictConfig, run: Run, sink: Sink,
     model.train()
     bar = tqdm(total=total_steps * tokens_per_step, initial=first_step * tokens_per_step,
                unit="tok", unit_scale=True, desc=f"{cfg.encoding.name} L={t.seq_len}",
-               disable=None if progress else True, dynamic_ncols=True, file=sys.stderr)
+               disable=None if progress and world.main else True, dynamic_ncols=True,
+               file=sys.stderr)
     start = time.perf_counter()
     with StopSignals() as signals:
         for step in range(first_step, total_steps):
             lr = lr_at(step, total_steps, warmup, t.lr, t.min_lr_ratio)
             for group in opt.param_groups:
                 group["lr"] = lr
-            batch = sample_batch(corpus.train, t.batch_size, t.seq_len, gen).to(device)
+            batch = sample_batch(corpus.train, t.batch_size, t.seq_len, gen)[rows].to(device)
             with autocast(device):
-                loss = model(batch[:, :-1], batch[:, 1:])
+                loss = step_model(batch[:, :-1], batch[:, 1:])
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
             opt.step()
@@ -203,7 +225,7 @@ def fit(model: GPT, corpus: Corpus, cfg: DictConfig, run: Run, sink: Sink,
             done = step + 1
             if done % t.log_every == 0 or done == total_steps:
                 # .item() waits for the device, so only at log intervals
-                loss_value, norm_value = loss.item(), grad_norm.item()
+                loss_value, norm_value = mean(loss, world), grad_norm.item()
                 elapsed = seconds_before + time.perf_counter() - start
                 if not math.isfinite(loss_value):
                     raise Diverged(done, last["loss"], loss_value)
@@ -211,14 +233,16 @@ def fit(model: GPT, corpus: Corpus, cfg: DictConfig, run: Run, sink: Sink,
                         "lr": lr, "grad_norm": norm_value, "elapsed": round(elapsed, 3),
                         "tok_per_s": round((done - first_step) * tokens_per_step
                                            / (time.perf_counter() - start))}
-                run.log(last)
+                if run is not None:
+                    run.log(last)
                 sink.log(last)
                 bar.set_postfix(loss=f"{loss_value:.3f}")
-            if done % val_every == 0 or done == total_steps:
+            if world.main and (done % val_every == 0 or done == total_steps):
                 v = val_loss(model, corpus, cfg, device)
                 last["val_loss"] = v
                 record = {"step": done, "tokens": done * tokens_per_step, "val_loss": v}
-                run.log(record)
+                if run is not None:
+                    run.log(record)
                 sink.log(record)
                 bar.set_postfix(loss=f"{last['loss']:.3f}", val=f"{v:.3f}")
             if done % checkpoint_every == 0 or done == total_steps:
@@ -282,6 +306,22 @@ def run_training(cfg: DictConfig, progress: bool = True, group: str | None = Non
               "(train.resume=false trains it again)", file=sys.stderr)
         return "skipped"
     device = pick_device(C.Device(cfg.device).value)
+    world = join(device.type)
+    try:
+        return train_and_evaluate(cfg, path, previous, same, device, world, progress, group)
+    finally:
+        leave(world)
+
+
+def train_and_evaluate(cfg: DictConfig, path: Path, previous: tuple | None, same: bool,
+                       device: torch.device, world: World, progress: bool,
+                       group: str | None) -> str:
+    if cfg.train.batch_size % world.size:
+        raise UsageError(f"train.batch_size ({cfg.train.batch_size}) must be divisible by the "
+                         f"number of processes ({world.size})")
+    if world.size > 1 and device.type == "cuda":
+        device = torch.device("cuda", world.local_rank)
+        torch.cuda.set_device(device)
     corpus = load_corpus(cfg.data)
     if len(corpus.train) <= cfg.train.seq_len + 1:
         raise UsageError(f"the training split has {len(corpus.train)} tokens, fewer than one "
@@ -300,6 +340,10 @@ def run_training(cfg: DictConfig, progress: bool = True, group: str | None = Non
             state = None
             torch.manual_seed(cfg.seed)
             model = build_model(cfg, corpus.vocab_size).to(device)
+    barrier(world)  # every process has read the directory before rank 0 changes it
+    if not world.main:
+        fit(model, corpus, cfg, None, Sink(), device, False, state, world)
+        return "completed"
     if state is not None:
         run = Run(path)
         run.resume(state["step"])
@@ -315,11 +359,12 @@ def run_training(cfg: DictConfig, progress: bool = True, group: str | None = Non
                model={k: cfg.model[k] for k in ("d_model", "n_layer", "n_head")},
                code_version=code_version())
     print(f"posexp: {cfg.encoding.name}, {model.n_params() / 1e6:.2f}M parameters, "
-          f"{cfg.train.tokens:,} tokens at length {cfg.train.seq_len} on {device} -> {path}",
+          f"{cfg.train.tokens:,} tokens at length {cfg.train.seq_len} on {device}"
+          + (f" x {world.size} processes" if world.size > 1 else "") + f" -> {path}",
           file=sys.stderr)
     sink = open_sink(cfg, path, group)
     try:
-        stats = fit(model, corpus, cfg, run, sink, device, progress, state)
+        stats = fit(model, corpus, cfg, run, sink, device, progress, state, world)
         run.update(**stats, weights_sha256=weights_hash(model))
         curve, seconds = evaluate_run(model, corpus, cfg, run, sink, device)
     except Diverged as e:

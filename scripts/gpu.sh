@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The prepared GPU checks, for a lent H200 (the device tool) or any CUDA machine.
+#
+#   bash scripts/gpu.sh bench       # scripts/bench.py at the reference shape, eager + compiled
+#   bash scripts/gpu.sh reproduce   # posexp reproduce --preset gpu (about 10 minutes on an H200)
+#
+# On the device machine (no internet, no hydra/omegaconf/datasets): run
+# ../shared/tools/device-wheels.sh here once, then call the device tool with carry [".whl"]
+# and the command `bash scripts/gpu.sh bench` (then `... reproduce`, a second call: each is
+# sized to fit one 10-minute command). Results land in $OUT (or ./gpu-out elsewhere); copy
+# them to results/bench/ and results/reproduce-gpu/report/ and commit them.
+set -euo pipefail
+case "${1:-}" in
+    bench|reproduce) ;;
+    *) echo "usage: bash scripts/gpu.sh bench|reproduce" >&2; exit 2 ;;
+esac
+out=${OUT:-gpu-out}
+mkdir -p "$out"
+if [ -d .whl ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl
+    export PYTHONPATH=/tmp/site:$PWD
+fi
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
+case "${1:-}" in
+    bench)
+        python3 scripts/bench.py --compile --out "$out" 2>&1 | tee "$out/bench.log"
+        ;;
+    reproduce)
+        python3 -m posexp reproduce --preset gpu --results-dir /tmp/posexp-gpu 2>&1 \
+            | tee "$out/reproduce.log"
+        tar -czf "$out/reproduce-gpu-report.tgz" -C /tmp/posexp-gpu/reproduce-gpu report
+        ;;
+esac
