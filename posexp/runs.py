@@ -22,6 +22,7 @@ import os
 import pickle
 import platform
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -132,12 +133,16 @@ class Run:
 
     @classmethod
     def previous(cls, path: Path) -> tuple[dict, DictConfig] | None:
-        """(run.json, config.yaml) of a run already at ``path``, or None if either is missing
-        or unreadable (then it is no run to continue)."""
+        """(run.json, config.yaml) of a run already at ``path``, or None if there is none or
+        either file is damaged (then there is no run to continue, and a warning names it)."""
+        if not (path / RUN).exists():
+            return None
         try:
             info = json.loads((path / RUN).read_text())
             return info, OmegaConf.load(path / CONFIG)
-        except (OSError, ValueError, OmegaConfBaseException):
+        except (OSError, ValueError, OmegaConfBaseException) as e:
+            print(f"posexp: warning: {path} holds an unreadable run ({type(e).__name__}); "
+                  "it is trained afresh", file=sys.stderr)
             return None
 
     def resume(self, step: int) -> None:

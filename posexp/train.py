@@ -24,7 +24,7 @@ from posexp.distributed import World, barrier, join, leave, mean
 from posexp.errors import PosexpError, UsageError
 from posexp.evaluate import autocast, check_val_size, extrapolation_curve, score_windows
 from posexp.model import GPT, GPTConfig
-from posexp.runs import CHECKPOINT, Run, code_version, now, versions
+from posexp.runs import CHECKPOINT, EVAL, Run, code_version, now, versions
 from posexp.sinks import Sink, open_sink
 
 
@@ -302,9 +302,14 @@ def run_training(cfg: DictConfig, progress: bool = True, group: str | None = Non
     same = previous is not None and comparable(previous[1]) == comparable(cfg)
     status = previous[0].get("status") if previous else None
     if same and status == "completed" and cfg.train.resume:
-        print(f"posexp: {path}: already completed with this config, skipped "
-              "(train.resume=false trains it again)", file=sys.stderr)
-        return "skipped"
+        try:
+            if not Run(path).read_eval()["curve"]:
+                raise PosexpError(f"{path / EVAL} is missing")
+            print(f"posexp: {path}: already completed with this config, skipped "
+                  "(train.resume=false trains it again)", file=sys.stderr)
+            return "skipped"
+        except PosexpError as e:  # resuming from the final checkpoint evaluates again
+            print(f"posexp: warning: {e}; evaluating it again", file=sys.stderr)
     device = pick_device(C.Device(cfg.device).value)
     world = join(device.type)
     try:

@@ -55,6 +55,22 @@ def test_sweep_basic_launcher_then_resume_then_report(posexp, tmp_path):
     assert "| alibi | 32 | 1 | **" in md and "(1.00x)" in md
     assert "Runs not included" in md and "rope-L32-s0" in md and "eval.json unreadable" in md
 
+    # the report uploaded to W&B (offline here): figures and the tidy table
+    r = posexp("report", "out", "--wandb", env={"WANDB_MODE": "offline", "WANDB_SILENT": "true"})
+    assert r.returncode == 0, r.stderr
+    [offline] = (tmp_path / "wandb").glob("offline-run-*")
+    images = {p.name.split("_")[0] for p in offline.glob("files/media/images/*.png")}
+    assert {"extrapolation", "per"} <= images
+    [table] = offline.glob("files/media/table/summary_*.table.json")
+    assert len(json.loads(table.read_text())["data"]) == 3 * 2
+
+    # a damaged run.json is named, and that run is trained again by the next sweep
+    (root / "alibi-L16-s0" / "run.json").write_text('{"status": "compl')
+    r = posexp("sweep", *GRID, "experiment=basic", "train.lr=0.001")
+    assert r.returncode == 0, r.stderr
+    assert "alibi-L16-s0 holds an unreadable run" in r.stderr
+    assert read_json(root / "alibi-L16-s0" / "run.json")["status"] == "completed"
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["joblib", "submitit_local"])
