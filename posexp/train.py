@@ -315,6 +315,9 @@ def run_training(cfg: DictConfig, progress: bool = True, group: str | None = Non
     try:
         return train_and_evaluate(cfg, path, previous, same, device, world, progress, group)
     finally:
+        # every process stays until rank 0 has evaluated: a process that tears its gloo
+        # connections down while another still holds them aborts (SIGABRT) at exit
+        barrier(world)
         leave(world)
 
 
