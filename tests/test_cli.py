@@ -120,7 +120,7 @@ def test_usage_errors_are_one_line_and_exit_2(posexp, tmp_path, args, message):
     assert not list((tmp_path / "out").glob("*/*/run.json"))
 
 
-def test_cuda_without_gpu(posexp, tmp_path):
+def test_cuda_without_gpu(posexp):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
     r = posexp("train", "device=cuda", *TINY[:-1], "results_dir=out")

@@ -86,6 +86,6 @@ DATA_ERRORS = [
 
 
 @pytest.mark.parametrize("args,message", DATA_ERRORS, ids=lambda v: str(v)[:40])
-def test_data_usage_errors_are_one_line_and_exit_2(posexp, tmp_path, args, message):
+def test_data_usage_errors_are_one_line_and_exit_2(posexp, args, message):
     r = posexp("train", *args, "results_dir=out")
     assert_usage_error(r, message)
