@@ -160,7 +160,7 @@ def eval_(
 
     try:
         run = Run.open(run_dir)
-        cfg = apply_overrides(run.config(), ctx.args, allowed=("eval.", "device"))
+        cfg = apply_overrides(run.config(), ctx.args, allowed=("eval.", "device", "attention"))
         if "--cfg" in ctx.args or "-c" in ctx.args:
             typer.echo(OmegaConf.to_yaml(cfg))
             return

@@ -8,6 +8,7 @@ divide the model width, ...); it runs before anything touches the disk.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from dataclasses import dataclass, field
 from enum import Enum
@@ -22,6 +23,16 @@ class Device(str, Enum):
     auto = "auto"
     cpu = "cpu"
     cuda = "cuda"
+
+
+class Attention(str, Enum):
+    """The kernel of ALiBi's biased attention (posexp/attention.py); other encodings always
+    run SDPA's causal kernel."""
+
+    auto = "auto"  # flash if installed, else flex, on CUDA; sdpa on the CPU
+    sdpa = "sdpa"  # SDPA with an additive bias, one block of queries at a time
+    flex = "flex"  # FlexAttention, compiled, with a causal block mask
+    flash = "flash"  # flash-attn's alibi_slopes (CUDA, needs the flash-attn package)
 
 
 class EvalMode(str, Enum):
@@ -137,6 +148,7 @@ class Config:
     logger: LoggerConfig = MISSING
     seed: int = 0
     device: Device = Device.auto
+    attention: Attention = Attention.auto
     results_dir: str = "results"
     experiment: str = "default"
     run_name: str = "${encoding.name}-L${train.seq_len}-s${seed}"
@@ -191,6 +203,7 @@ def check(cfg: DictConfig) -> None:
         raise UsageError(
             f"rope needs an even head dimension; d_model/n_head = {m.d_model // m.n_head}"
         )
+    check_attention(cfg)
     if cfg.encoding.max_positions is not None:
         _positive("encoding.max_positions", cfg.encoding.max_positions)
     if cfg.encoding.base <= 1.0:
@@ -209,6 +222,23 @@ def check(cfg: DictConfig) -> None:
             f"(train.batch_size x train.seq_len = {t.batch_size * t.seq_len})"
         )
     check_eval(cfg)
+
+
+def flash_attn_installed() -> bool:
+    return importlib.util.find_spec("flash_attn") is not None
+
+
+def check_attention(cfg: DictConfig) -> None:
+    kernel = Attention(cfg.attention)
+    if kernel == Attention.flash:
+        if not flash_attn_installed():
+            raise UsageError("attention=flash needs the flash-attn package (pip install "
+                             "flash-attn); attention=auto picks the best kernel installed")
+        if Device(cfg.device) == Device.cpu:
+            raise UsageError("attention=flash runs on CUDA only; use attention=sdpa on the CPU")
+    if kernel == Attention.flex and cfg.model.dropout > 0:
+        raise UsageError(f"attention=flex has no dropout (model.dropout={cfg.model.dropout}); "
+                         "use attention=sdpa or flash")
 
 
 def data_source(d: DictConfig) -> DataSource:

@@ -26,6 +26,7 @@ class GPTConfig:
     rope_base: float = 10000.0
     dropout: float = 0.0
     tie_weights: bool = True
+    attention: str = "auto"  # ALiBi's kernel: auto | sdpa | flex | flash (posexp/attention.py)
 
 
 class CausalSelfAttention(nn.Module):
@@ -35,6 +36,7 @@ class CausalSelfAttention(nn.Module):
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
         self.dropout = cfg.dropout
+        self.kernel = cfg.attention
 
     def forward(
         self,
@@ -43,10 +45,13 @@ class CausalSelfAttention(nn.Module):
         slopes: torch.Tensor | None,
     ) -> torch.Tensor:
         b, t, d = x.shape
-        q, k, v = self.qkv(x).view(b, t, 3, self.n_head, d // self.n_head).permute(2, 0, 3, 1, 4)
-        if rotary is not None:
-            q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
-        y = causal_attention(q, k, v, slopes, self.dropout if self.training else 0.0)
+        qkv = self.qkv(x).view(b, t, 3, self.n_head, d // self.n_head).permute(2, 0, 3, 1, 4)
+        if rotary is not None:  # queries and keys turn together: one pass, not two
+            q, k = apply_rotary(qkv[:2], *rotary).unbind(0)
+            v = qkv[2]
+        else:
+            q, k, v = qkv.unbind(0)
+        y = causal_attention(q, k, v, slopes, self.dropout if self.training else 0.0, self.kernel)
         return self.proj(y.transpose(1, 2).reshape(b, t, d))
 
 

@@ -45,11 +45,23 @@ class Interrupted(PosexpError):
         self.exit_code = 128 + signum
 
 
-def pick_device(requested: str) -> torch.device:
+def pick_device(cfg: DictConfig, training: bool = True) -> torch.device:
+    """The device to run on; on CUDA this also allows TF32 for the fp32 matmuls left
+    outside bf16 autocast."""
+    requested = C.Device(cfg.device).value
     if requested == "cuda" and not torch.cuda.is_available():
         raise UsageError("device=cuda but torch sees no CUDA GPU; use device=auto or device=cpu")
     if requested == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        requested = "cuda" if torch.cuda.is_available() else "cpu"
+    if requested == "cpu" and C.Attention(cfg.attention) == C.Attention.flash:
+        raise UsageError("attention=flash runs on CUDA only, and torch sees no CUDA GPU; "
+                         "use attention=auto")
+    if requested == "cpu" and training and C.Attention(cfg.attention) == C.Attention.flex:
+        raise UsageError("attention=flex cannot train on the CPU (FlexAttention has no CPU "
+                         "backward); use attention=auto, or flex in posexp eval")
+    if requested == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
     return torch.device(requested)
 
 
@@ -67,6 +79,7 @@ def build_model(cfg: DictConfig, vocab_size: int) -> GPT:
             rope_base=cfg.encoding.base,
             dropout=m.dropout,
             tie_weights=m.tie_weights,
+            attention=C.Attention(cfg.attention).value,
         )
     )
 
@@ -278,9 +291,9 @@ def evaluate_run(model: GPT, corpus: Corpus, cfg: DictConfig, run: Run, sink: Si
 
 def comparable(config: DictConfig) -> str:
     """The parts of a config that decide what a run computes: not where it is written, how
-    it is logged, or whether it may resume."""
+    it is logged, which kernel computes attention, or whether it may resume."""
     c = OmegaConf.to_container(config, resolve=True, enum_to_str=True)
-    for key in ("logger", "results_dir", "experiment", "run_name"):
+    for key in ("logger", "results_dir", "experiment", "run_name", "attention"):
         c.pop(key, None)
     c["train"].pop("resume", None)
     return json.dumps(c, sort_keys=True)
@@ -310,7 +323,7 @@ def run_training(cfg: DictConfig, progress: bool = True, group: str | None = Non
             return "skipped"
         except PosexpError as e:  # resuming from the final checkpoint evaluates again
             print(f"posexp: warning: {e}; evaluating it again", file=sys.stderr)
-    device = pick_device(C.Device(cfg.device).value)
+    device = pick_device(cfg)
     world = join(device.type)
     try:
         return train_and_evaluate(cfg, path, previous, same, device, world, progress, group)
@@ -433,11 +446,12 @@ def format_curve(curve: list[dict], train_len: int, title: str, per_byte: bool =
 def reevaluate(run: Run, cfg: DictConfig) -> Path:
     """Score a saved checkpoint again (other lengths, mode or stride) without training."""
     C.check_eval(cfg)
+    C.check_attention(cfg)
     info = run.info()
     if info.get("status") != "completed":
         raise UsageError(f"{run.path} has status {info.get('status')!r}; only completed runs "
                          "can be evaluated")
-    device = pick_device(C.Device(cfg.device).value)
+    device = pick_device(cfg, training=False)
     corpus = load_corpus(cfg.data)
     trained_on = info.get("corpus", {})
     for key, what in (("fingerprint", "corpus"), ("tokenizer_fingerprint", "tokenizer")):
