@@ -1,14 +1,22 @@
-"""Throughput and memory of every encoding: training tokens/s, MFU, peak memory, and the time
-and memory of evaluating one long window.
+"""Throughput and memory of every encoding: training tokens/s, MFU, peak memory, the time and
+memory of evaluating one long window and of a whole extrapolation curve, and how closely
+ALiBi's attention kernels agree.
 
-    python scripts/bench.py                 # the reference shape (d 512, 8 layers, 8 heads,
-                                            # L 512, batch 64) on the GPU; eval at 4k/16k/64k
-    python scripts/bench.py --quick         # a tiny shape on the CPU, under a minute
-    python scripts/bench.py --compile       # also time the torch.compile'd model
+    python scripts/bench.py                  # the reference shape (d 512, 8 layers, 8 heads,
+                                             # L 512, batch 64) on the GPU; eval at 4k/16k/64k
+    python scripts/bench.py --quick          # a tiny shape on the CPU, under a minute
+    python scripts/bench.py --compile        # also time the torch.compile'd model
+    python scripts/bench.py --alibi-kernels flex,sdpa   # one ALiBi row per kernel
+    python scripts/bench.py --xtransformers  # side by side with x-transformers on the same
+                                             # shapes, its defaults otherwise (eager; rotary
+                                             # on half of each head, as it ships)
+                                             # (pip install -e ".[bench]")
 
 MFU is model FLOPs (6 x non-embedding parameters + 12 x layers x d_model x L per token,
 forward + backward) over the peak measured here by a square matmul in the training dtype
-(bf16 on CUDA, fp32 on CPU), not a datasheet number.  Writes JSON and a markdown table to
+(bf16 on CUDA, fp32 on CPU), not a datasheet number.  The curve is posexp's own
+evaluation (nonoverlapping, the same tokens at every length) at 16 lengths spaced
+geometrically from L to the longest eval length.  Writes JSON and a markdown table to
 results/bench/ with the device, versions and date.
 """
 
@@ -16,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib.metadata
 import json
 import platform
 import resource
@@ -24,11 +33,20 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
+import numpy as np
 import torch
+import torch.nn.functional as F
+from torch import nn
 
+from posexp.attention import alibi_kernel, causal_attention
+from posexp.config import flash_attn_installed
+from posexp.encodings.alibi import alibi_slopes
+from posexp.evaluate import extrapolation_curve
 from posexp.model import GPT, GPTConfig
 
 ENCODINGS = ["nope", "learned", "sinusoidal", "rope", "alibi"]
+# x-transformers has no plain (unscaled) sinusoidal table, so it has no sinusoidal row
+XT_ENCODINGS = ["nope", "learned", "rope", "alibi"]
 
 
 def sync(device: torch.device) -> None:
@@ -75,18 +93,47 @@ def flops_per_token(model: GPT, seq_len: int) -> float:
     return 6 * non_embedding + 12 * c.n_layer * c.d_model * seq_len
 
 
-def bench_train(model: GPT, args, device: torch.device, compiled: bool) -> dict:
+class XTransformersLM(nn.Module):
+    """x-transformers' decoder at posexp's shape, behind posexp's loss interface."""
+
+    def __init__(self, encoding: str, args, max_len: int) -> None:
+        super().__init__()
+        try:
+            from x_transformers import Decoder, TransformerWrapper
+        except ImportError:
+            sys.exit("bench.py: --xtransformers needs x-transformers (pip install -e '.[bench]')")
+        layers = {"dim": args.d_model, "depth": args.n_layer, "heads": args.n_head,
+                  "attn_dim_head": args.d_model // args.n_head, "attn_flash": True,
+                  "ff_no_bias": True}
+        if encoding == "rope":
+            layers["rotary_pos_emb"] = True
+        if encoding == "alibi":
+            layers.update(alibi_pos_bias=True, alibi_num_heads=args.n_head)
+        learned = encoding == "learned"
+        self.max_positions = args.seq_len if learned else None
+        self.net = TransformerWrapper(
+            num_tokens=256, max_seq_len=args.seq_len if learned else max_len,
+            attn_layers=Decoder(**layers), use_abs_pos_emb=learned, tie_embedding=True)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(self.net(idx).transpose(1, 2).float(), targets)
+
+    def token_losses(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(self.net(idx).transpose(1, 2).float(), targets, reduction="none")
+
+
+def bench_train(model: nn.Module, flops: float, args, device: torch.device,
+                compiled: bool) -> dict:
     step_model = torch.compile(model) if compiled else model
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
     tokens = torch.randint(0, 256, (args.batch_size, args.seq_len + 1), device=device)
 
-    def step() -> torch.Tensor:
+    def step() -> None:
         with autocast(device):
             loss = step_model(tokens[:, :-1], tokens[:, 1:])
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        return loss
 
     reset_peak(device)
     t0 = time.perf_counter()
@@ -102,11 +149,11 @@ def bench_train(model: GPT, args, device: torch.device, compiled: bool) -> dict:
     tok_s = args.steps * args.batch_size * args.seq_len / seconds
     return {"tok_per_s": tok_s, "step_ms": 1000 * seconds / args.steps,
             "warmup_s": warmup_s, "peak_gib": peak_memory(device),
-            "model_tflops": tok_s * flops_per_token(model, args.seq_len) / 1e12}
+            "model_tflops": tok_s * flops / 1e12}
 
 
 @torch.no_grad()
-def bench_eval(model: GPT, length: int, device: torch.device) -> dict:
+def bench_eval(model: nn.Module, length: int, device: torch.device) -> dict:
     if model.max_positions is not None and length > model.max_positions:
         return {"length": length, "applicable": False}
     model.eval()
@@ -114,31 +161,84 @@ def bench_eval(model: GPT, length: int, device: torch.device) -> dict:
     reset_peak(device)
     sync(device)
     t0 = time.perf_counter()
-    with autocast(device):
-        model.token_losses(tokens[:, :-1], tokens[:, 1:]).mean().item()
+    try:
+        with autocast(device):
+            model.token_losses(tokens[:, :-1], tokens[:, 1:]).mean().item()
+    except torch.OutOfMemoryError:
+        return {"length": length, "applicable": True, "oom": True}
+    finally:
+        model.train()
+    sync(device)
+    return {"length": length, "applicable": True, "oom": False,
+            "seconds": time.perf_counter() - t0, "peak_gib": peak_memory(device)}
+
+
+def curve_lengths(shortest: int, longest: int, n: int) -> list[int]:
+    return sorted({round(shortest * (longest / shortest) ** (i / (n - 1))) for i in range(n)})
+
+
+def bench_curve(model: GPT, lengths: list[int], n_tokens: int, device: torch.device) -> dict:
+    """posexp's evaluation of one whole curve on random bytes: wall time and peak memory."""
+    val = np.random.default_rng(0).integers(0, 256, max(lengths) + n_tokens + 1, dtype=np.uint8)
+    reset_peak(device)
+    t0 = time.perf_counter()
+    curve, _ = extrapolation_curve(model, val, lengths, "nonoverlapping", None, n_tokens,
+                                   32_768, 64, device)
     sync(device)
     model.train()
-    return {"length": length, "applicable": True, "seconds": time.perf_counter() - t0,
-            "peak_gib": peak_memory(device)}
+    return {"lengths": lengths, "tokens": n_tokens, "seconds": time.perf_counter() - t0,
+            "applicable": sum(p["applicable"] for p in curve), "peak_gib": peak_memory(device)}
+
+
+@torch.no_grad()
+def kernel_agreement(device: torch.device, kernels: list[str], lengths: list[int],
+                     n_head: int, d_head: int) -> list[dict]:
+    """Largest difference of each ALiBi kernel, in the training dtype, from the fp32 SDPA
+    path on the same random queries, keys and values."""
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    slopes = torch.tensor(alibi_slopes(n_head), device=device)
+    rows = []
+    for length in lengths:
+        torch.manual_seed(length)
+        q, k, v = (torch.randn(1, n_head, length, d_head, device=device) for _ in range(3))
+        reference = causal_attention(q, k, v, slopes, kernel="sdpa")
+        for kernel in kernels:
+            out = causal_attention(q.to(dtype), k.to(dtype), v.to(dtype), slopes, kernel=kernel)
+            rows.append({"kernel": kernel, "length": length, "dtype": str(dtype),
+                         "max_abs_diff": (out.float() - reference).abs().max().item()})
+    return rows
 
 
 def markdown(result: dict) -> str:
     s = result["setup"]
+    evals = result["rows"][0]["eval"]
     lines = [f"# posexp benchmark — {s['device_name']}, {s['date']}", "",
              f"torch {s['torch']}, python {s['python']}; d_model {s['d_model']}, "
              f"{s['n_layer']} layers, {s['n_head']} heads, L {s['seq_len']}, batch "
              f"{s['batch_size']}, {s['dtype']}; measured matmul peak "
-             f"{s['peak_tflops']:.1f} TFLOP/s", "",
-             "| encoding | mode | train tok/s | MFU | step ms | peak GiB | "
-             + " | ".join(f"eval {e['length']} s / GiB" for e in result["rows"][0]["eval"])
-             + " |",
-             "|---|---|---:|---:|---:|---:|" + "---:|" * len(result["rows"][0]["eval"])]
+             f"{s['peak_tflops']:.1f} TFLOP/s"
+             + (f"; x-transformers {s['x_transformers']}" if s["x_transformers"] else ""), "",
+             "| model | encoding | attention | mode | train tok/s | MFU | step ms | peak GiB | "
+             + " | ".join(f"eval {e['length']} s / GiB" for e in evals)
+             + f" | curve ({s['curve_points']} lengths) s |",
+             "|---|---|---|---|---:|---:|---:|---:|" + "---:|" * (len(evals) + 1)]
+
+    def cell(e: dict) -> str:
+        if not e["applicable"]:
+            return "n/a"
+        return "out of memory" if e["oom"] else f"{e['seconds']:.3f} / {e['peak_gib']:.2f}"
+
     for row in result["rows"]:
         for mode, t in row["train"].items():
-            evals = " | ".join(f"{e['seconds']:.3f} / {e['peak_gib']:.2f}" if e["applicable"]
-                               else "n/a" for e in row["eval"])
-            lines.append(f"| {row['encoding']} | {mode} | {t['tok_per_s']:,.0f} | "
-                         f"{t['mfu']:.1%} | {t['step_ms']:.1f} | {t['peak_gib']:.2f} | {evals} |")
+            curve = f"{row['curve']['seconds']:.2f}" if row.get("curve") else "—"
+            lines.append(f"| {row['model']} | {row['encoding']} | {row['attention']} | {mode} | "
+                         f"{t['tok_per_s']:,.0f} | {t['mfu']:.1%} | {t['step_ms']:.1f} | "
+                         f"{t['peak_gib']:.2f} | " + " | ".join(map(cell, row["eval"]))
+                         + f" | {curve} |")
+    lines += ["", "ALiBi kernels against the fp32 SDPA path (largest absolute difference):", "",
+              "| kernel | length | dtype | max abs diff |", "|---|---:|---|---:|"]
+    lines += [f"| {a['kernel']} | {a['length']} | {a['dtype']} | {a['max_abs_diff']:.2e} |"
+              for a in result["kernel_agreement"]]
     if s["device"] == "cpu":
         lines += ["", "On CPU, peak GiB is the process's peak resident set so far (it only "
                   "grows), not a per-measurement figure."]
@@ -157,15 +257,22 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--eval-lengths", default="4096,16384,65536")
+    p.add_argument("--curve-points", type=int, default=16, help="lengths in the curve; 0: none")
+    p.add_argument("--curve-tokens", type=int, default=32_768)
     p.add_argument("--encodings", default=",".join(ENCODINGS))
+    p.add_argument("--alibi-kernels", default="auto",
+                   help="comma-separated ALiBi kernels to time, one row each: auto, sdpa, "
+                   "flex, flash")
     p.add_argument("--compile", action="store_true", help="also time torch.compile")
+    p.add_argument("--xtransformers", action="store_true",
+                   help="also time x-transformers (attn_flash=True) on the same shapes")
     p.add_argument("--out", type=Path, default=Path("results/bench"))
     args = p.parse_args()
     if args.quick:
         args.device = "cpu" if args.device == "auto" else args.device
         args.d_model, args.n_layer, args.n_head = 64, 2, 4
         args.seq_len, args.batch_size, args.steps, args.warmup = 64, 8, 3, 1
-        args.eval_lengths = "256,1024"
+        args.eval_lengths, args.curve_points, args.curve_tokens = "256,1024", 4, 2048
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available()
                           else "cpu" if args.device == "auto" else args.device)
     if device.type == "cuda":
@@ -173,23 +280,49 @@ def main() -> None:
         torch.backends.cudnn.allow_tf32 = True
     peak = matmul_peak(device, 8192 if device.type == "cuda" else 1024)
     lengths = [int(x) for x in args.eval_lengths.split(",")]
+    curve = (curve_lengths(args.seq_len, max(lengths), args.curve_points)
+             if args.curve_points > 1 else [])
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    modes = {"eager": False, **({"compiled": True} if args.compile else {})}
     rows = []
-    for encoding in args.encodings.split(","):
-        torch.manual_seed(0)
-        model = GPT(GPTConfig(vocab_size=256, d_model=args.d_model, n_layer=args.n_layer,
-                              n_head=args.n_head, d_ff=4 * args.d_model, encoding=encoding,
-                              max_positions=args.seq_len)).to(device)
-        modes = {"eager": False, **({"compiled": True} if args.compile else {})}
-        train = {}
-        for mode, compiled in modes.items():
-            t = bench_train(model, args, device, compiled)
+
+    def measure(model: nn.Module, flops: float, row: dict) -> None:
+        row["params"] = sum(p.numel() for p in model.parameters())
+        row["train"] = {}
+        # x-transformers runs eager only, as researchers run it (and as #4's figures did)
+        for mode, compiled in (modes if isinstance(model, GPT) else {"eager": False}).items():
+            t = bench_train(model, flops, args, device, compiled)
             t["mfu"] = t["model_tflops"] * 1e12 / peak
-            train[mode] = t
-        row = {"encoding": encoding, "train": train,
-               "eval": [bench_eval(model, n, device) for n in lengths]}
+            row["train"][mode] = t
+        row["eval"] = [bench_eval(model, n, device) for n in lengths]
+        if curve and isinstance(model, GPT):
+            row["curve"] = bench_curve(model, curve, args.curve_tokens, device)
         rows.append(row)
-        print(f"{encoding:>10}: " + ", ".join(f"{m} {t['tok_per_s']:,.0f} tok/s"
-                                               for m, t in train.items()), file=sys.stderr)
+        print(f"{row['model']:>14} {row['encoding']:>10} {row['attention']:>5}: "
+              + ", ".join(f"{m} {t['tok_per_s']:,.0f} tok/s" for m, t in row["train"].items()),
+              file=sys.stderr)
+
+    for encoding in args.encodings.split(","):
+        kernels = args.alibi_kernels.split(",") if encoding == "alibi" else ["sdpa"]
+        for kernel in kernels:
+            torch.manual_seed(0)
+            model = GPT(GPTConfig(vocab_size=256, d_model=args.d_model, n_layer=args.n_layer,
+                                  n_head=args.n_head, d_ff=4 * args.d_model, encoding=encoding,
+                                  max_positions=args.seq_len, attention=kernel)).to(device)
+            flops = flops_per_token(model, args.seq_len)
+            if encoding == "alibi":  # the kernel auto picks here, for the label
+                kernel = alibi_kernel(kernel, torch.empty(0, device=device, dtype=dtype),
+                                      0.0).value
+            measure(model, flops, {"model": "posexp", "encoding": encoding, "attention": kernel})
+        if args.xtransformers and encoding in XT_ENCODINGS:
+            torch.manual_seed(0)
+            xt = XTransformersLM(encoding, args, max(lengths)).to(device)
+            measure(xt, flops, {"model": "x-transformers", "encoding": encoding,
+                                "attention": "attn_flash"})
+    available = ["sdpa", "flex"] + (["flash"] if device.type == "cuda" and flash_attn_installed()
+                                    else [])
+    agreement = kernel_agreement(device, available, [args.seq_len, min(lengths)],
+                                 args.n_head, args.d_model // args.n_head)
     now = dt.datetime.now(dt.timezone.utc)
     setup = {
         "date": now.isoformat(timespec="seconds"), "device": device.type,
@@ -197,12 +330,16 @@ def main() -> None:
                         else f"CPU ({platform.processor() or platform.machine()}, "
                         f"{torch.get_num_threads()} threads)"),
         "torch": torch.__version__, "python": platform.python_version(),
+        "x_transformers": (importlib.metadata.version("x-transformers")
+                           if args.xtransformers else None),
+        "flash_attn": flash_attn_installed(),
         "dtype": "bf16 autocast" if device.type == "cuda" else "fp32",
         "peak_tflops": peak / 1e12, "d_model": args.d_model, "n_layer": args.n_layer,
         "n_head": args.n_head, "seq_len": args.seq_len, "batch_size": args.batch_size,
-        "steps": args.steps, "quick": args.quick,
+        "steps": args.steps, "quick": args.quick, "curve_points": len(curve),
+        "curve_tokens": args.curve_tokens,
     }
-    result = {"setup": setup, "rows": rows}
+    result = {"setup": setup, "rows": rows, "kernel_agreement": agreement}
     args.out.mkdir(parents=True, exist_ok=True)
     stem = args.out / f"bench-{device.type}{'-quick' if args.quick else ''}-{now:%Y%m%d}"
     stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")

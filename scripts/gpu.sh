@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # The prepared GPU checks, for a lent H200 (the device tool) or any CUDA machine.
 #
-#   bash scripts/gpu.sh bench       # scripts/bench.py at the reference shape, eager + compiled
+#   bash scripts/gpu.sh bench       # scripts/bench.py at the reference shape, eager + compiled,
+#                                   # one ALiBi row per kernel (flex, sdpa; flash if installed),
+#                                   # x-transformers side by side when it is installed
 #   bash scripts/gpu.sh reproduce   # posexp reproduce --preset gpu (about 10 minutes on an H200)
 #
-# On the device machine (no internet, no hydra/omegaconf/datasets): run
-# ../shared/tools/device-wheels.sh here once, then call the device tool with carry [".whl"]
+# On the device machine (no internet, no hydra/omegaconf/datasets/x-transformers): run
+#   ../shared/tools/device-wheels.sh x-transformers==2.31.10 einops einx frozendict loguru \
+#       torch-einops-utils
+# here once, then call the device tool with carry [".whl"]
 # and the command `bash scripts/gpu.sh bench` (then `... reproduce`, a second call: each is
 # sized to fit one 10-minute command). Results land in $OUT (or ./gpu-out elsewhere); copy
 # them to results/bench/ and results/reproduce-gpu/report/ and commit them.
@@ -25,7 +29,12 @@ export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
 case "${1:-}" in
     bench)
-        python3 scripts/bench.py --compile --out "$out" 2>&1 | tee "$out/bench.log"
+        kernels=flex,sdpa
+        if python3 -c "import flash_attn" 2>/dev/null; then kernels=flash,$kernels; fi
+        xt=()
+        if python3 -c "import x_transformers" 2>/dev/null; then xt=(--xtransformers); fi
+        python3 scripts/bench.py --compile --alibi-kernels "$kernels" "${xt[@]}" --out "$out" \
+            2>&1 | tee "$out/bench.log"
         ;;
     reproduce)
         python3 -m posexp reproduce --preset gpu --results-dir /tmp/posexp-gpu 2>&1 \
