@@ -45,12 +45,9 @@ class CausalSelfAttention(nn.Module):
         slopes: torch.Tensor | None,
     ) -> torch.Tensor:
         b, t, d = x.shape
-        qkv = self.qkv(x).view(b, t, 3, self.n_head, d // self.n_head).permute(2, 0, 3, 1, 4)
-        if rotary is not None:  # queries and keys turn together: one pass, not two
-            q, k = apply_rotary(qkv[:2], *rotary).unbind(0)
-            v = qkv[2]
-        else:
-            q, k, v = qkv.unbind(0)
+        q, k, v = self.qkv(x).view(b, t, 3, self.n_head, d // self.n_head).permute(2, 0, 3, 1, 4)
+        if rotary is not None:
+            q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
         y = causal_attention(q, k, v, slopes, self.dropout if self.training else 0.0, self.kernel)
         return self.proj(y.transpose(1, 2).reshape(b, t, d))
 
