@@ -227,7 +227,10 @@ def fit(model: GPT, corpus: Corpus, cfg: DictConfig, run: Run | None, sink: Sink
             lr = lr_at(step, total_steps, warmup, t.lr, t.min_lr_ratio)
             for group in opt.param_groups:
                 group["lr"] = lr
-            batch = sample_batch(corpus.train, t.batch_size, t.seq_len, gen)[rows].to(device)
+            batch = sample_batch(corpus.train, t.batch_size, t.seq_len, gen)[rows]
+            if device.type == "cuda":  # a copy from pageable memory would wait for the GPU
+                batch = batch.pin_memory()
+            batch = batch.to(device, non_blocking=True)
             with autocast(device):
                 loss = step_model(batch[:, :-1], batch[:, 1:])
             loss.backward()
