@@ -105,7 +105,11 @@ def causal_block_mask(length: int, device: torch.device) -> BlockMask:
     return _cached_block_mask(length, device)
 
 
-_compiled_flex = torch.compile(flex_attention)
+@functools.cache
+def _compiled_flex():
+    # compiled on first use, not at import: torch.compile pulls in dynamo, which costs every
+    # posexp command about 2.5 s of start-up
+    return torch.compile(flex_attention)
 
 
 def _flex_alibi(q, k, v, slopes):
@@ -114,8 +118,9 @@ def _flex_alibi(q, k, v, slopes):
     def alibi(score, b, h, q_idx, kv_idx):
         return score + slopes[h] * (kv_idx - q_idx)
 
-    return _compiled_flex(q, k, v, score_mod=alibi,
-                          block_mask=causal_block_mask(q.shape[2], q.device))
+    # inside a compiled model flex_attention is compiled with the rest of the graph
+    kernel = flex_attention if torch.compiler.is_compiling() else _compiled_flex()
+    return kernel(q, k, v, score_mod=alibi, block_mask=causal_block_mask(q.shape[2], q.device))
 
 
 def _flash_alibi(q, k, v, slopes, dropout_p):
