@@ -223,7 +223,9 @@ def markdown(result: dict) -> str:
              f"{s['n_layer']} layers, {s['n_head']} heads, L {s['seq_len']}, batch "
              f"{s['batch_size']}, {s['dtype']}; measured matmul peak "
              f"{s['peak_tflops']:.1f} TFLOP/s"
-             + (f"; x-transformers {s['x_transformers']}" if s["x_transformers"] else ""), "",
+             + (f"; x-transformers {s['x_transformers']}" if s["x_transformers"] else "")
+             + ("" if s["complete"] else
+                f"\n\n**Incomplete**: stopped after {len(result['rows'])} rows."), "",
              "| model | encoding | attention | mode | train tok/s | MFU | step ms | peak GiB | "
              + " | ".join(f"eval {e['length']} s / GiB" for e in evals)
              + f" | curve ({s['curve_points']} lengths) s |",
@@ -292,7 +294,41 @@ def main() -> None:
              if args.curve_points > 1 else [])
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     modes = {"eager": False, **({"compiled": True} if args.compile else {})}
+    available = ["sdpa", "flex"] + (["flash"] if device.type == "cuda" and flash_attn_installed()
+                                    else [])
+    agreement = kernel_agreement(device, available, [args.seq_len, min(lengths)],
+                                 args.n_head, args.d_model // args.n_head)
+    now = dt.datetime.now(dt.timezone.utc)
+    stem = args.out / f"bench-{device.type}{'-quick' if args.quick else ''}-{now:%Y%m%d}"
+    args.out.mkdir(parents=True, exist_ok=True)
     rows = []
+
+    def write(complete: bool) -> dict:
+        """The files so far: rewritten after every row, so that a run cut short by a time
+        limit still leaves what it measured (marked incomplete)."""
+        for row in rows:
+            for t in row["train"].values():
+                t["mfu"] = t["model_tflops"] * 1e12 / peak
+        setup = {
+            "date": now.isoformat(timespec="seconds"), "device": device.type,
+            "device_name": (torch.cuda.get_device_name() if device.type == "cuda"
+                            else f"CPU ({platform.processor() or platform.machine()}, "
+                            f"{torch.get_num_threads()} threads)"),
+            "torch": torch.__version__, "python": platform.python_version(),
+            "x_transformers": (importlib.metadata.version("x-transformers")
+                               if args.xtransformers else None),
+            "flash_attn": flash_attn_installed(),
+            "dtype": "bf16 autocast" if device.type == "cuda" else "fp32",
+            "peak_tflops": peak / 1e12, "d_model": args.d_model, "n_layer": args.n_layer,
+            "n_head": args.n_head, "seq_len": args.seq_len, "batch_size": args.batch_size,
+            "steps": args.steps, "repeats": args.repeats, "quick": args.quick,
+            "curve_points": len(curve), "curve_tokens": args.curve_tokens,
+            "complete": complete,
+        }
+        result = {"setup": setup, "rows": rows, "kernel_agreement": agreement}
+        stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+        stem.with_suffix(".md").write_text(markdown(result))
+        return result
 
     def measure(model: nn.Module, flops: float, row: dict) -> None:
         row["params"] = sum(p.numel() for p in model.parameters())
@@ -304,6 +340,7 @@ def main() -> None:
         if curve and isinstance(model, GPT):
             row["curve"] = bench_curve(model, curve, args.curve_tokens, device)
         rows.append(row)
+        write(complete=False)
         print(f"{row['model']:>14} {row['encoding']:>10} {row['attention']:>5}: "
               + ", ".join(f"{m} {t['tok_per_s']:,.0f} tok/s" for m, t in row["train"].items()),
               file=sys.stderr)
@@ -328,36 +365,7 @@ def main() -> None:
     # the peak again at the end, and the higher of the two: one measurement on a shared
     # machine can catch a busy moment and put MFU above 100%
     peak = max(peak, matmul_peak(device, peak_n))
-    for row in rows:
-        for t in row["train"].values():
-            t["mfu"] = t["model_tflops"] * 1e12 / peak
-    available = ["sdpa", "flex"] + (["flash"] if device.type == "cuda" and flash_attn_installed()
-                                    else [])
-    agreement = kernel_agreement(device, available, [args.seq_len, min(lengths)],
-                                 args.n_head, args.d_model // args.n_head)
-    now = dt.datetime.now(dt.timezone.utc)
-    setup = {
-        "date": now.isoformat(timespec="seconds"), "device": device.type,
-        "device_name": (torch.cuda.get_device_name() if device.type == "cuda"
-                        else f"CPU ({platform.processor() or platform.machine()}, "
-                        f"{torch.get_num_threads()} threads)"),
-        "torch": torch.__version__, "python": platform.python_version(),
-        "x_transformers": (importlib.metadata.version("x-transformers")
-                           if args.xtransformers else None),
-        "flash_attn": flash_attn_installed(),
-        "dtype": "bf16 autocast" if device.type == "cuda" else "fp32",
-        "peak_tflops": peak / 1e12, "d_model": args.d_model, "n_layer": args.n_layer,
-        "n_head": args.n_head, "seq_len": args.seq_len, "batch_size": args.batch_size,
-        "steps": args.steps, "repeats": args.repeats, "quick": args.quick,
-        "curve_points": len(curve),
-        "curve_tokens": args.curve_tokens,
-    }
-    result = {"setup": setup, "rows": rows, "kernel_agreement": agreement}
-    args.out.mkdir(parents=True, exist_ok=True)
-    stem = args.out / f"bench-{device.type}{'-quick' if args.quick else ''}-{now:%Y%m%d}"
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-    stem.with_suffix(".md").write_text(markdown(result))
-    print(markdown(result))
+    print(markdown(write(complete=True)))
     print(f"wrote {stem}.json and {stem}.md", file=sys.stderr)
 
 

@@ -11,8 +11,10 @@
 #       torch-einops-utils
 # here once, then call the device tool with carry [".whl"]
 # and the command `bash scripts/gpu.sh bench` (then `... reproduce`, a second call: each is
-# sized to fit one 10-minute command). Results land in $OUT (or ./gpu-out elsewhere); copy
-# them to results/bench/ and results/reproduce-gpu/report/ and commit them.
+# sized to fit one 10-minute command; bench.py rewrites its files after every row, so one
+# cut short by the limit still returns what it measured, marked incomplete). Results land
+# in $OUT (or ./gpu-out elsewhere); copy them to results/bench/ and
+# results/reproduce-gpu/report/ and commit them.
 set -euo pipefail
 case "${1:-}" in
     bench|reproduce) ;;

@@ -16,7 +16,7 @@ def test_quick_benchmark_writes_json_and_markdown(tmp_path):
     [json_file] = tmp_path.glob("bench-cpu-quick-*.json")
     result = json.loads(json_file.read_text())
     assert result["setup"]["device"] == "cpu" and result["setup"]["peak_tflops"] > 0
-    assert result["setup"]["x_transformers"] == "2.31.10"
+    assert result["setup"]["x_transformers"] == "2.31.10" and result["setup"]["complete"]
     rows = [(row["model"], row["encoding"], row["attention"]) for row in result["rows"]]
     assert rows == [
         ("posexp", "nope", "sdpa"), ("x-transformers", "nope", "attn_flash"),
