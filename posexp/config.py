@@ -230,12 +230,10 @@ def flash_attn_installed() -> bool:
 
 def check_attention(cfg: DictConfig) -> None:
     kernel = Attention(cfg.attention)
-    if kernel == Attention.flash:
-        if not flash_attn_installed():
-            raise UsageError("attention=flash needs the flash-attn package (pip install "
-                             "flash-attn); attention=auto picks the best kernel installed")
-        if Device(cfg.device) == Device.cpu:
-            raise UsageError("attention=flash runs on CUDA only; use attention=sdpa on the CPU")
+    # which device a kernel can run on is checked once the device is known (train.pick_device)
+    if kernel == Attention.flash and not flash_attn_installed():
+        raise UsageError("attention=flash needs the flash-attn package (pip install "
+                         "flash-attn); attention=auto picks the best kernel installed")
     if kernel == Attention.flex and cfg.model.dropout > 0:
         raise UsageError(f"attention=flex has no dropout (model.dropout={cfg.model.dropout}); "
                          "use attention=sdpa or flash")

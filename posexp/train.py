@@ -46,23 +46,28 @@ class Interrupted(PosexpError):
 
 
 def pick_device(cfg: DictConfig, training: bool = True) -> torch.device:
-    """The device to run on; on CUDA this also allows TF32 for the fp32 matmuls left
-    outside bf16 autocast."""
+    """The device to run on; on CUDA this also allows TF32 (allow_tf32)."""
     requested = C.Device(cfg.device).value
     if requested == "cuda" and not torch.cuda.is_available():
         raise UsageError("device=cuda but torch sees no CUDA GPU; use device=auto or device=cpu")
     if requested == "auto":
         requested = "cuda" if torch.cuda.is_available() else "cpu"
     if requested == "cpu" and C.Attention(cfg.attention) == C.Attention.flash:
-        raise UsageError("attention=flash runs on CUDA only, and torch sees no CUDA GPU; "
+        raise UsageError("attention=flash runs on CUDA only, and this run is on the CPU; "
                          "use attention=auto")
     if requested == "cpu" and training and C.Attention(cfg.attention) == C.Attention.flex:
         raise UsageError("attention=flex cannot train on the CPU (FlexAttention has no CPU "
                          "backward); use attention=auto, or flex in posexp eval")
-    if requested == "cuda":
+    device = torch.device(requested)
+    allow_tf32(device)
+    return device
+
+
+def allow_tf32(device: torch.device) -> None:
+    """TF32 for the fp32 matmuls left outside bf16 autocast on CUDA."""
+    if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-    return torch.device(requested)
 
 
 def build_model(cfg: DictConfig, vocab_size: int) -> GPT:

@@ -31,7 +31,6 @@ import platform
 import resource
 import sys
 import time
-from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -42,8 +41,9 @@ from torch import nn
 from posexp.attention import alibi_kernel, causal_attention
 from posexp.config import flash_attn_installed
 from posexp.encodings.alibi import alibi_slopes
-from posexp.evaluate import extrapolation_curve
+from posexp.evaluate import autocast, extrapolation_curve
 from posexp.model import GPT, GPTConfig
+from posexp.train import allow_tf32
 
 ENCODINGS = ["nope", "learned", "sinusoidal", "rope", "alibi"]
 # x-transformers has no plain (unscaled) sinusoidal table, so it has no sinusoidal row
@@ -66,10 +66,6 @@ def reset_peak(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-
-
-def autocast(device: torch.device):
-    return torch.autocast("cuda", torch.bfloat16) if device.type == "cuda" else nullcontext()
 
 
 def matmul_peak(device: torch.device, n: int) -> float:
@@ -284,9 +280,7 @@ def main() -> None:
         args.eval_lengths, args.curve_points, args.curve_tokens = "256,1024", 4, 2048
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available()
                           else "cpu" if args.device == "auto" else args.device)
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+    allow_tf32(device)
     peak_n = 8192 if device.type == "cuda" else 1024
     peak = matmul_peak(device, peak_n)
     lengths = [int(x) for x in args.eval_lengths.split(",")]
