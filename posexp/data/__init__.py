@@ -5,7 +5,8 @@ documents, joined with a NUL byte, which text never holds, as the document separ
 Loading streams the corpus once to fingerprint it (a SHA-256 of each split's joined bytes);
 the token cache is keyed by that fingerprint and the tokenizer's, and built once: the corpus
 is streamed again, tokenized in parallel batches and appended to the cache files, so no
-split is ever held in memory.  A BPE tokenizer is trained on the training split once per
+split is ever held in memory.  Its meta.json records each file's size and SHA-256, checked
+before every use.  A BPE tokenizer is trained on the training split once per
 corpus and vocabulary size, and cached too.
 """
 
@@ -160,7 +161,8 @@ def write_tokens(directory: Path, source: Source, tokenizer: Tokenizer, scanned:
         ) as bar:
             for batch in batches(joined(source.splits[split]())):
                 for ids in tokenizer.encode_batch(batch):
-                    ids.astype(dtype, copy=False).tofile(f)
+                    # f.write, not ndarray.tofile: tofile reports a full disk without errno
+                    f.write(ids.astype(dtype, copy=False))
                     n += ids.size
                 bar.update(sum(map(len, batch)))
         tokens[split] = n
@@ -189,8 +191,8 @@ def load_corpus(cfg: DictConfig) -> Corpus:
     tokenizer = make_tokenizer(cfg, source, scanned.fingerprint, root)
     directory = root / (f"{source.name}-{scanned.fingerprint[:16]}-"
                         f"{tokenizer.name}-{tokenizer.fingerprint[:16]}")
-    build_once(directory, lambda tmp: write_tokens(tmp, source, tokenizer, scanned))
-    arrays = open_tokens(directory, SPLITS)
+    arrays = open_tokens(directory, SPLITS,
+                         lambda tmp: write_tokens(tmp, source, tokenizer, scanned))
     return Corpus(source.name, arrays["train"], arrays["val"], tokenizer.vocab_size,
                   scanned.fingerprint, scanned.documents, tokenizer.token_bytes,
                   tokenizer.name, tokenizer.fingerprint, scanned.bytes)
