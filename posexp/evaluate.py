@@ -1,9 +1,10 @@
 """Extrapolation curves: the same validation tokens scored with windows of every length.
 
-The scored tokens are the validation stream's targets ``first+1 .. first+N`` with
-``first = max(lengths)`` and ``N = eval.tokens``, whatever the length or mode, so every
-point of a curve (and both modes) is measured on identical text and every window can start
-inside the stream.
+The scored tokens are the last ``N = eval.tokens`` targets of the validation stream,
+``first+1 .. first+N`` with ``first = len(val) - 1 - N``, whatever the lengths or mode, so
+every point ever computed for a run (any lengths, both modes, any later `posexp eval`) is
+measured on identical text.  A length L can be scored when every window fits in the stream:
+``len(val) >= L + N + 1``.
 
 A window of length L ending at stream position e reads tokens ``e-L .. e-1`` and predicts
 ``e-L+1 .. e``; it scores only its last ``c`` predictions.
@@ -38,6 +39,13 @@ def window_plan(first: int, n_tokens: int, stride: int) -> tuple[np.ndarray, np.
         ends = np.append(ends, first + n_tokens)
         counts = np.append(counts, n_tokens % stride)
     return ends, counts
+
+
+def scored_region(val_tokens: int, n_tokens: int) -> tuple[int, int]:
+    """(first, n): the scored targets are the last ``n`` of the validation stream,
+    ``first+1 .. first+n``.  They depend on the split and eval.tokens only, never on the
+    lengths, so every point ever computed for a run scores the same tokens."""
+    return val_tokens - 1 - n_tokens, n_tokens
 
 
 def needed_val_tokens(lengths: list[int], n_tokens: int) -> int:
@@ -143,7 +151,7 @@ def extrapolation_curve(
     that bits per byte compare runs with different tokenizers.
     """
     check_val_size(len(val), lengths, n_tokens)
-    first = max(lengths)
+    first, _ = scored_region(len(val), n_tokens)
     targets = np.asarray(val[first + 1 : first + n_tokens + 1], dtype=np.int64)
     n_bytes = int(token_bytes[targets].sum()) if token_bytes is not None else n_tokens
     limit = model.max_positions

@@ -38,6 +38,21 @@ def test_same_tokens_at_every_length():
     assert sets[16] == sets[64] == sets[256]
 
 
+def test_scored_region_does_not_depend_on_the_lengths():
+    """A point at L is the same number whichever other lengths are scored with it: the scored
+    region is the last eval.tokens targets of the stream, not a function of max(lengths)."""
+    model = _model("alibi")
+    val = np.random.default_rng(4).integers(0, 256, 3000).astype(np.uint8)
+    args = dict(n_tokens=300, batch_tokens=256, per_position_buckets=4,
+                device=torch.device("cpu"))
+    alone, _ = extrapolation_curve(model, val, [32], "nonoverlapping", None, **args)
+    wide, _ = extrapolation_curve(model, val, [32, 256, 1024], "nonoverlapping", None, **args)
+    assert alone[0]["first_token"] == wide[0]["first_token"] == 3000 - 1 - 300
+    assert alone[0]["loss"] == wide[0]["loss"]
+    slid, _ = extrapolation_curve(model, val, [32, 2048], "sliding", 8, **args)
+    assert {p["first_token"] for p in slid} == {3000 - 1 - 300}
+
+
 def test_bucket_means():
     # ends at 8^(1/4), 8^(2/4), 8^(3/4), 8 rounded: 2, 3, 5, 8
     starts, ends, means = bucket(np.arange(8, dtype=float), 4)
@@ -63,7 +78,8 @@ def test_curve_matches_direct_loss():
     model = _model()
     rng = np.random.default_rng(0)
     val = rng.integers(0, 256, 2000).astype(np.uint8)
-    first, n, L = 64, 256, 32
+    n, L = 256, 32
+    first = len(val) - 1 - n  # the last n targets of the stream are scored
     curve, per_pos = extrapolation_curve(model, val, [32, 64], "nonoverlapping", None, n,
                                          batch_tokens=64, per_position_buckets=8,
                                          device=torch.device("cpu"))
@@ -75,6 +91,7 @@ def test_curve_matches_direct_loss():
             losses.append(F.cross_entropy(model.head(model.hidden(x))[0], y[0], reduction="none"))
     direct = torch.cat(losses)
     assert curve[0]["length"] == 32 and curve[0]["tokens"] == n
+    assert curve[0]["first_token"] == curve[1]["first_token"] == first
     assert curve[0]["loss"] == pytest.approx(direct.mean().item(), rel=1e-5)
     assert curve[0]["ppl"] == pytest.approx(math.exp(curve[0]["loss"]))
     assert curve[0]["bits_per_token"] == pytest.approx(curve[0]["loss"] / math.log(2))
@@ -112,7 +129,7 @@ def test_bits_per_byte_counts_the_bytes_of_the_scored_tokens():
     token_bytes = np.where(np.arange(256) % 2 == 0, 1, 3)  # odd ids stand for 3 bytes
     curve, _ = extrapolation_curve(model, val, [32], "nonoverlapping", None, 320, 320, 4,
                                    torch.device("cpu"), token_bytes)
-    n_bytes = token_bytes[val[33:353]].sum()
+    n_bytes = token_bytes[val[-320:]].sum()
     assert curve[0]["bits_per_byte"] == pytest.approx(
         curve[0]["loss"] * 320 / n_bytes / math.log(2))
     assert curve[0]["bits_per_byte"] < curve[0]["bits_per_token"]
