@@ -14,7 +14,8 @@ from importlib.resources import files
 from pathlib import Path
 
 import typer
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
 
 from posexp import config as C
 from posexp.errors import PosexpError, UsageError
@@ -136,13 +137,13 @@ def train(ctx: typer.Context) -> None:
     Arguments are Hydra overrides, e.g. `posexp train encoding=alibi train.seq_len=128
     eval.lengths=[128,256,512]`; `--cfg job` prints the composed config without running.
     """
-    from posexp.train import run_training
+    from posexp.experiment import run
 
     try:
         compose(ctx.args)
     except PosexpError as e:
         fail(e)
-    hydra_main(run_training, ctx.args)
+    hydra_main(run, ctx.args)
 
 
 @app.command("eval", context_settings=EXTRA)
@@ -152,19 +153,22 @@ def eval_(
 ) -> None:
     """Score a trained run again at other lengths or in another mode.
 
-    Overrides may change `eval.*` and `device`, e.g. `posexp eval RUN eval.mode=sliding
-    eval.stride=64`; the new points are written to eval.json beside the old ones.
+    Overrides may change `eval.*`, `device` and `attention`, e.g. `posexp eval RUN
+    eval.mode=sliding eval.stride=64`; the new points are written to eval.json beside the old
+    ones (a point of the same mode, length, stride and scored tokens is replaced).
     """
+    from posexp.experiment import evaluate_dir
     from posexp.runs import Run
-    from posexp.train import reevaluate
 
     try:
         run = Run.open(run_dir)
         cfg = apply_overrides(run.config(), ctx.args, allowed=("eval.", "device", "attention"))
+        C.check_eval(cfg)
+        C.check_attention(cfg)
         if "--cfg" in ctx.args or "-c" in ctx.args:
             typer.echo(OmegaConf.to_yaml(cfg))
             return
-        reevaluate(run, cfg)
+        evaluate_dir(run_dir, cfg)
     except BaseException as e:
         fail(e)
 
@@ -175,41 +179,71 @@ def sweep(ctx: typer.Context) -> None:
 
     Hydra multirun syntax, e.g. `posexp sweep encoding=alibi,rope train.seq_len=64,128
     seed=0,1,2`; presets with `sweep=encodings|lengths|seeds|grid`; parallel or cluster
-    launchers with `hydra/launcher=joblib|submitit_local|submitit_slurm`. Completed runs with
-    the same config are skipped, so a re-run finishes only what is missing.
+    launchers with `hydra/launcher=joblib|submitit_local|submitit_slurm`. Each job has its
+    own run directory (swept keys beyond encoding, length and seed are added to its name);
+    completed runs of the same identity are skipped, so a re-run finishes only what is missing.
     """
     from posexp.sweep import summarize, sweep_job
 
     try:
-        jobs = plan_sweep(ctx.args)
+        jobs, extra = plan_sweep(ctx.args)
     except PosexpError as e:
         fail(e)
     typer.echo(f"posexp sweep: {len(jobs)} runs", err=True)
-    hydra_main(sweep_job, ["--multirun", *ctx.args])
+    hydra_main(sweep_job, ["--multirun", *ctx.args, *extra])
     try:
         summarize(jobs)
     except BaseException as e:
         fail(e)
 
 
-def plan_sweep(args: list[str]) -> list[DictConfig]:
-    """Every job's composed and checked config, before the first one starts."""
-    from posexp.sweep import grid
+def plan_sweep(args: list[str]) -> tuple[list[DictConfig], list[str]]:
+    """Every job's composed and checked config, before the first one starts, and the
+    overrides posexp adds to the sweep (the run name).  Two jobs never share a directory:
+    unless run_name is given, it grows with every swept key of the identity that the
+    default name does not already hold, in Hydra's override_dirname style
+    (rope-L64-s0,d_model=32,lr=0.001); a plan that still puts two jobs in one directory is
+    refused."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from posexp.experiment import existing
+    from posexp.runs import Run
+    from posexp.sweep import grid, run_name_override
 
     overrides, flags = split_hydra_args(args)
     flags.pop("-m", None)
     flags.pop("--multirun", None)
     fixed = [o for o in overrides if not _is_sweep(o)]
     preset = compose_overrides(fixed, flags, with_hydra=True).hydra.sweeper.params or {}
-    jobs = []
-    for job in grid(overrides, {str(k): str(v) for k, v in preset.items()}):
-        cfg = compose_overrides(job, flags)
+    jobs = grid(overrides, {str(k): str(v) for k, v in preset.items()})
+    extra = run_name_override(jobs)
+    configs, where = [], {}
+    for job in jobs:
+        cfg = compose_overrides([*job, *extra], flags, with_hydra=True)
         try:
+            HydraConfig.instance().set_config(cfg)  # run names may use ${hydra:runtime.choices.X}
+            with open_dict(cfg):
+                cfg.run_name = str(cfg.run_name)
+                del cfg["hydra"]
             C.check(cfg)
-        except UsageError as e:
+        except PosexpError as e:
             raise UsageError(f"{' '.join(job)}: {e}") from None
-        jobs.append(cfg)
-    return jobs
+        except (OmegaConfBaseException, ValueError) as e:
+            raise UsageError(f"{' '.join(job)}: {one_line(e)}") from None
+        path = Path(cfg.results_dir) / cfg.experiment / cfg.run_name
+        if path in where:
+            a = [o for o in where[path] if o not in job]
+            b = [o for o in job if o not in where[path]]
+            raise UsageError(f"two jobs of this sweep would share the run directory {path}: "
+                             f"[{' '.join(a)}] and [{' '.join(b)}]; give each its "
+                             "own run_name= or experiment= (e.g. run_name='${encoding.name}-"
+                             "${train.lr}'), or sweep evaluation settings with posexp eval")
+        where[path] = job
+        configs.append(cfg)
+    for cfg in configs:  # before any job runs: a directory holding another identity
+        if cfg.train.resume:
+            existing(Run(Path(cfg.results_dir) / cfg.experiment / cfg.run_name), cfg)
+    return configs, extra
 
 
 def _is_sweep(override: str) -> bool:
@@ -271,8 +305,8 @@ def resume(
     run_dir: Path = typer.Argument(..., help="A run directory written by posexp train."),
 ) -> None:
     """Continue an interrupted run from its last checkpoint, with the config it was given."""
+    from posexp.experiment import run
     from posexp.runs import Run
-    from posexp.train import run_training
 
     try:
         if not (run_dir / "config.yaml").is_file():
@@ -283,7 +317,7 @@ def resume(
             cfg.results_dir, cfg.experiment = str(run_dir.parent.parent), run_dir.parent.name
             cfg.run_name = run_dir.name
         cfg.train.resume = True
-        run_training(cfg)
+        run(cfg)
     except BaseException as e:
         fail(e)
 

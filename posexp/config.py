@@ -9,12 +9,13 @@ divide the model width, ...); it runs before anything touches the disk.
 from __future__ import annotations
 
 import importlib.util
+import math
 import re
 from dataclasses import dataclass, field
 from enum import Enum
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 
 from posexp.errors import UsageError
 
@@ -95,7 +96,10 @@ class DataConfig:
 class TrainConfig:
     seq_len: int = 64
     tokens: int = 2_000_000
-    batch_size: int = 32
+    # the batch, in tokens (sequences per step = batch_tokens / seq_len), so runs at different
+    # lengths take equal optimizer steps; or in sequences, batch_size; set one, not both
+    batch_tokens: int | None = 2048
+    batch_size: int | None = None
     lr: float = 2e-3
     min_lr_ratio: float = 0.1
     warmup_tokens: int = 100_000
@@ -107,7 +111,7 @@ class TrainConfig:
     val_every_tokens: int = 500_000
     val_tokens: int = 16_384
     checkpoint_every: int = 500_000  # tokens; also on SIGINT/SIGTERM
-    resume: bool = True  # continue an unfinished run of the same config; false: start afresh
+    resume: bool = True  # continue a run of the same identity; false: move it aside, start afresh
     compile: bool | None = None  # torch.compile the training step; default: on CUDA only
 
 
@@ -175,15 +179,89 @@ def eval_lengths(cfg: DictConfig) -> list[int]:
     return list(lengths)
 
 
+def resolve(cfg: DictConfig) -> DictConfig:
+    """The config with every derived value filled in -- the one place they are decided:
+    eval.lengths (1-16 x seq_len), model.d_ff (4 x d_model), encoding.max_positions
+    (seq_len) and train.batch_size (batch_tokens / seq_len).  Idempotent; ``cfg`` is checked."""
+    out = cfg.copy()
+    with open_dict(out):
+        out.eval.lengths = eval_lengths(cfg)
+        out.model.d_ff = cfg.model.d_ff or 4 * cfg.model.d_model
+        out.encoding.max_positions = cfg.encoding.max_positions or cfg.train.seq_len
+        if cfg.train.get("batch_tokens") is not None:  # absent in configs of older runs
+            out.train.batch_size = cfg.train.batch_tokens // cfg.train.seq_len
+            out.train.batch_tokens = None
+    return out
+
+
+# What a run's weights do not depend on: where it is written, how it is logged, how it is
+# evaluated, on which device and kernel, how often it reports or checkpoints, whether it may
+# continue an earlier attempt.  Everything else in the config is its identity.
+NOT_IDENTITY = ("results_dir", "experiment", "run_name", "device", "attention", "eval",
+                "logger", "train.resume", "train.compile", "train.log_every",
+                "train.val_every_tokens", "train.val_tokens", "train.checkpoint_every",
+                "data.cache_dir")
+
+
+def in_identity(key: str) -> bool:
+    """Whether a dotted config key (or config group) is part of a run's identity."""
+    return not any(key == k or key.startswith(f"{k}.") for k in NOT_IDENTITY)
+
+
+def identity(cfg: DictConfig) -> dict:
+    """A run's identity: the resolved values of every key that determines its weights
+    (model, encoding, data and tokenizer, the training settings that change the weights,
+    seed), as a flat {dotted key: value}."""
+    flat = flatten(OmegaConf.to_container(resolve(cfg), resolve=True, enum_to_str=True))
+    return {k: v for k, v in flat.items() if in_identity(k)}
+
+
+def flatten(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def identity_diff(a: dict, b: dict) -> list[str]:
+    """'key: old -> new' for each key whose value differs between two identities."""
+    return [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b))
+            if a.get(k) != b.get(k)]
+
+
 def _positive(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise UsageError(f"{name} must be a positive integer, got {value!r}")
 
 
+def _in_range(name: str, value: float, low: float, high: float, *, low_open: bool = False,
+              high_open: bool = False) -> None:
+    """A finite value within [low, high] (an open end excludes its bound)."""
+    ok = (math.isfinite(value) and (value > low if low_open else value >= low)
+          and (value < high if high_open else value <= high))
+    if not ok:
+        interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+        raise UsageError(f"{name} must be a finite number in {interval}, got {value}")
+
+
+PLAIN_NAME = re.compile(r"[\w.,=+-]+")
+
+
+def check_name(key: str, value: str | None) -> None:
+    """run_name and experiment are one directory each, inside results_dir."""
+    if (not value or not PLAIN_NAME.fullmatch(value) or value.startswith(".")
+            or len(value.encode()) > 200):
+        raise UsageError(f"{key} must be a plain directory name (letters, digits, . _ - , = +; "
+                         f"not starting with '.'; at most 200 bytes), got {value!r}")
+
+
 def check(cfg: DictConfig) -> None:
     """Reject configs that compose but cannot run, with one line naming the key."""
-    if not cfg.run_name or "/" in cfg.run_name or cfg.run_name.startswith("."):
-        raise UsageError(f"run_name must be a plain directory name, got {cfg.run_name!r}")
+    check_name("experiment", cfg.experiment)
+    check_name("run_name", cfg.run_name)
     missing = sorted(OmegaConf.missing_keys(cfg))
     if missing:
         raise UsageError(f"{', '.join(missing)} must be set (e.g. {missing[0]}=...)")
@@ -197,8 +275,7 @@ def check(cfg: DictConfig) -> None:
         raise UsageError(
             f"model.d_model ({m.d_model}) must be divisible by model.n_head ({m.n_head})"
         )
-    if not 0.0 <= m.dropout < 1.0:
-        raise UsageError(f"model.dropout must be in [0, 1), got {m.dropout}")
+    _in_range("model.dropout", m.dropout, 0.0, 1.0, high_open=True)
     if cfg.encoding.name == "rope" and (m.d_model // m.n_head) % 2:
         raise UsageError(
             f"rope needs an even head dimension; d_model/n_head = {m.d_model // m.n_head}"
@@ -206,22 +283,42 @@ def check(cfg: DictConfig) -> None:
     check_attention(cfg)
     if cfg.encoding.max_positions is not None:
         _positive("encoding.max_positions", cfg.encoding.max_positions)
-    if cfg.encoding.base <= 1.0:
-        raise UsageError(f"encoding.base must be greater than 1, got {cfg.encoding.base}")
-    t = cfg.train
-    for key in ("seq_len", "tokens", "batch_size", "log_every", "val_every_tokens", "val_tokens",
+    _in_range("encoding.base", cfg.encoding.base, 1.0, 1e12, low_open=True)
+    check_train(cfg.train)
+    check_eval(cfg)
+
+
+def check_train(t: DictConfig) -> None:
+    for key in ("seq_len", "tokens", "log_every", "val_every_tokens", "val_tokens",
                 "checkpoint_every"):
         _positive(f"train.{key}", t[key])
+    if (t.batch_tokens is None) == (t.batch_size is None):
+        raise UsageError("set the batch either in tokens (train.batch_tokens) or in sequences "
+                         "(train.batch_size), not both: add train.batch_tokens=null to "
+                         "size it in sequences" if t.batch_size is not None else
+                         "set the batch size: train.batch_tokens=N or train.batch_size=N")
+    if t.batch_tokens is not None:
+        _positive("train.batch_tokens", t.batch_tokens)
+        if t.batch_tokens % t.seq_len:
+            raise UsageError(f"train.batch_tokens ({t.batch_tokens}) must be a multiple of "
+                             f"train.seq_len ({t.seq_len}): it holds whole sequences")
+        batch = t.batch_tokens // t.seq_len
+    else:
+        _positive("train.batch_size", t.batch_size)
+        batch = t.batch_size
     if t.warmup_tokens < 0:
         raise UsageError(f"train.warmup_tokens must be >= 0, got {t.warmup_tokens}")
-    if t.lr <= 0:
-        raise UsageError(f"train.lr must be positive, got {t.lr}")
-    if t.tokens < t.seq_len * t.batch_size:
+    _in_range("train.lr", t.lr, 0.0, 10.0, low_open=True)
+    _in_range("train.min_lr_ratio", t.min_lr_ratio, 0.0, 1.0)
+    _in_range("train.weight_decay", t.weight_decay, 0.0, 10.0)
+    _in_range("train.beta1", t.beta1, 0.0, 1.0, high_open=True)
+    _in_range("train.beta2", t.beta2, 0.0, 1.0, high_open=True)
+    _in_range("train.grad_clip", t.grad_clip, 0.0, 1e6, low_open=True)
+    if t.tokens < t.seq_len * batch:
         raise UsageError(
             f"train.tokens ({t.tokens}) is less than one batch "
-            f"(train.batch_size x train.seq_len = {t.batch_size * t.seq_len})"
+            f"({batch} sequences x train.seq_len = {batch * t.seq_len} tokens)"
         )
-    check_eval(cfg)
 
 
 def flash_attn_installed() -> bool:

@@ -15,6 +15,7 @@ the target, so a crash leaves either the old file or the new one, never half of 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import io
 import json
@@ -24,20 +25,34 @@ import platform
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 import torch
+import yaml
+from filelock import FileLock, Timeout
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 import posexp
+from posexp.config import EvalMode
+from posexp.config import identity as config_identity
 from posexp.errors import PosexpError, UsageError
 
 CONFIG, RUN, METRICS, EVAL, CHECKPOINT = (
     "config.yaml", "run.json", "metrics.jsonl", "eval.json", "checkpoint.pt",
 )
+
+
+# A curve point is one (mode, length, stride) scored on one region of the validation
+# stream: the targets first_token+1 .. first_token+tokens.
+POINT_KEYS = frozenset({"mode", "length", "stride", "first_token", "tokens"})
+
+
+def point_key(p: dict) -> tuple:
+    return (p["mode"], p["length"], p["stride"], p["first_token"], p["tokens"])
 
 
 def now() -> str:
@@ -83,11 +98,15 @@ def atomic_write_json(path: Path, obj: Any) -> None:
 
 
 def code_version() -> str:
-    """The git commit of the posexp sources when they are a checkout, else the package version."""
+    """The git commit of posexp's own source tree when it runs from a checkout of it, else the
+    package version (a git repository that merely encloses an installed posexp -- a project
+    whose .venv holds it -- says nothing about posexp's code)."""
     src = Path(posexp.__file__).resolve().parent
+    if not (src.parent / "pyproject.toml").is_file() or not (src.parent / ".git").exists():
+        return posexp.__version__
     try:
         out = subprocess.run(
-            ["git", "-C", str(src), "describe", "--always", "--dirty", "--abbrev=12"],
+            ["git", "-C", str(src.parent), "describe", "--always", "--dirty", "--abbrev=12"],
             capture_output=True, text=True, timeout=5, check=True,
         )
         return f"{posexp.__version__}+git.{out.stdout.strip()}"
@@ -116,8 +135,9 @@ class Run:
 
     @classmethod
     def create(cls, path: Path, cfg: DictConfig) -> Run:
-        """Start a run at ``path``: any earlier run there is replaced, beginning with its
-        status, so that nothing of it can be read as this run's result."""
+        """Start a run at ``path``, which holds nothing or an unfinished attempt of the same
+        identity with nothing worth keeping (no checkpoint): its files are cleared after
+        run.json says running, so that nothing of it can be read as this run's result."""
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -125,39 +145,88 @@ class Run:
         if not os.access(path, os.W_OK):
             raise UsageError(f"results_dir: {path} is not writable")
         run = cls(path)
+        # config.yaml first: a run.json is never left without the config it belongs to
+        atomic_write_text(path / CONFIG, OmegaConf.to_yaml(cfg, resolve=True))
         run.write_info({"status": "running", "started_at": now()})
         for name in (EVAL, CHECKPOINT, METRICS):
             (path / name).unlink(missing_ok=True)
-        atomic_write_text(path / CONFIG, OmegaConf.to_yaml(cfg, resolve=True))
         return run
 
-    @classmethod
-    def previous(cls, path: Path) -> tuple[dict, DictConfig] | None:
-        """(run.json, config.yaml) of a run already at ``path``, or None if there is none or
-        either file is damaged (then there is no run to continue, and a warning names it)."""
-        if not (path / RUN).exists():
+    def previous(self) -> tuple[dict, dict] | None:
+        """(run.json, identity) of a run already here, or None if there is none.  A damaged
+        one is a PosexpError naming the file: it is not ours to overwrite."""
+        if not (self.path / RUN).exists():
             return None
-        try:
-            info = json.loads((path / RUN).read_text())
-            return info, OmegaConf.load(path / CONFIG)
-        except (OSError, ValueError, OmegaConfBaseException) as e:
-            print(f"posexp: warning: {path} holds an unreadable run ({type(e).__name__}); "
-                  "it is trained afresh", file=sys.stderr)
-            return None
+        info = self.info()
+        if not isinstance(info.get("status"), str):
+            raise PosexpError(f"{self.path / RUN} is damaged (no status)")
+        return info, self.identity()
 
-    def resume(self, step: int) -> None:
-        """Continue this run from its checkpoint at ``step``: drop temporaries a killed writer
-        left, and training-curve records from after the checkpoint (they will be redone)."""
+    def move_aside(self) -> Path:
+        """Move this run to <experiment>/.replaced/<name>-<UTC time>, keeping every file;
+        report and sweeps do not look inside dot-directories."""
+        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        aside = self.path.parent / ".replaced" / f"{self.path.name}-{stamp}"
+        for i in range(2, 1000):
+            if not aside.exists():
+                break
+            aside = aside.with_name(f"{self.path.name}-{stamp}-{i}")
+        try:
+            aside.parent.mkdir(exist_ok=True)
+            os.rename(self.path, aside)
+        except OSError as e:
+            raise PosexpError(f"cannot move {self.path} aside to {aside}: {e.strerror}") from None
+        return aside
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold this run's lock: one writer (train, resume, eval) at a time.  The lock is an
+        OS file lock, so one left by a killed process never blocks; beside it a small file
+        names the holder, for the message a second process gets."""
+        lock_file = self.path.parent / ".locks" / f"{self.path.name}.lock"
+        holder = lock_file.with_suffix(".holder")
+        try:
+            lock_file.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UsageError(f"results_dir: cannot create {lock_file.parent}: {e.strerror}"
+                             ) from None
+        lock = FileLock(lock_file, timeout=0)
+        try:
+            lock.acquire()
+        except Timeout:
+            try:
+                who = json.loads(holder.read_text())
+                by = (f" by pid {who['pid']} on {who['host']} ({who['command']}, since "
+                      f"{who['since']})")
+            except (OSError, ValueError, KeyError, TypeError):
+                by = ""
+            raise PosexpError(f"{self.path} is in use{by}; wait for it to finish, or choose "
+                              "another run_name= or experiment=") from None
+        try:
+            atomic_write_json(holder, {"pid": os.getpid(), "host": platform.node(),
+                                       "command": " ".join(["posexp", *sys.argv[1:]])[:300],
+                                       "since": now()})
+            yield
+        finally:
+            lock.release()
+
+    def resume(self, step: int, cfg: DictConfig) -> None:
+        """Continue this run from its checkpoint at ``step`` under ``cfg`` (same identity; its
+        other settings, such as evaluation lengths, are what this attempt runs): drop
+        temporaries a killed writer left, and training-curve records from after the
+        checkpoint (they will be redone)."""
+        atomic_write_text(self.path / CONFIG, OmegaConf.to_yaml(cfg, resolve=True))
         for tmp in self.path.glob(".*.tmp"):
             tmp.unlink(missing_ok=True)
         records = []
         if (self.path / METRICS).exists():
-            for line in (self.path / METRICS).read_text().splitlines():
+            for line in (self.path / METRICS).read_text(errors="replace").splitlines():
                 try:
                     record = json.loads(line)
                 except ValueError:  # a line cut short by a kill
                     continue
-                if record.get("step", 0) <= step:
+                if isinstance(record, dict) and isinstance(record.get("step", 0), int) \
+                        and record.get("step", 0) <= step:
                     records.append(line + "\n")
         atomic_write_text(self.path / METRICS, "".join(records))
         (self.path / EVAL).unlink(missing_ok=True)
@@ -176,9 +245,12 @@ class Run:
     # --- run.json -----------------------------------------------------------------------
     def info(self) -> dict:
         try:
-            return json.loads((self.path / RUN).read_text())
+            info = json.loads((self.path / RUN).read_text())
         except (OSError, ValueError) as e:
             raise PosexpError(f"{self.path / RUN} is unreadable: {e}") from None
+        if not isinstance(info, dict):
+            raise PosexpError(f"{self.path / RUN} is damaged: not a JSON object")
+        return info
 
     def write_info(self, info: dict) -> None:
         atomic_write_json(self.path / RUN, info)
@@ -194,7 +266,22 @@ class Run:
 
     # --- files --------------------------------------------------------------------------
     def config(self) -> DictConfig:
-        return OmegaConf.load(self.path / CONFIG)
+        try:
+            cfg = OmegaConf.load(self.path / CONFIG)
+        except (OSError, ValueError, OmegaConfBaseException, yaml.YAMLError) as e:
+            raise PosexpError(f"{self.path / CONFIG} is unreadable: {_first_line(e)}") from None
+        if not isinstance(cfg, DictConfig):
+            raise PosexpError(f"{self.path / CONFIG} is damaged: not a mapping")
+        return cfg
+
+    def identity(self) -> dict:
+        """The identity (config.identity) of the run config.yaml describes."""
+        cfg = self.config()
+        try:
+            return config_identity(cfg)
+        except Exception as e:  # a key missing or of another type: whatever OmegaConf raises
+            raise PosexpError(f"{self.path / CONFIG}: cannot tell the run's identity: "
+                              f"{_first_line(e)}") from None
 
     def log(self, record: dict) -> None:
         try:
@@ -209,30 +296,39 @@ class Run:
         if not path.exists():
             return {"curve": [], "per_position": []}
         try:
-            return json.loads(path.read_text())
-        except ValueError as e:
-            raise PosexpError(f"{path} is not valid JSON: {e}") from None
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            raise PosexpError(f"{path} is unreadable: {e}") from None
+        if not (isinstance(data, dict) and isinstance(data.get("curve"), list)
+                and all(isinstance(p, dict) and p.keys() >= POINT_KEYS for p in data["curve"])):
+            raise PosexpError(f"{path} is damaged: no list of curve points with "
+                              f"{', '.join(sorted(POINT_KEYS))}")
+        data.setdefault("per_position", [])
+        return data
 
     def write_eval(self, curve: list[dict], per_position: dict | None, **fields: Any) -> dict:
         """Merge new curve points into eval.json; a point with the same mode, length, stride
-        and scored tokens replaces the old one, others stay beside it."""
+        and scored region replaces the old one, others stay beside it."""
         data = self.read_eval()
-
-        def key(p: dict) -> tuple:
-            return (p["mode"], p["length"], p["stride"], p["first_token"], p["tokens"])
-
-        new = {key(p) for p in curve}
-        data["curve"] = [p for p in data["curve"] if key(p) not in new] + curve
+        new = {point_key(p) for p in curve}
+        data["curve"] = [p for p in data["curve"] if point_key(p) not in new] + curve
         data["curve"].sort(key=lambda p: (p["mode"], p["stride"] if p["mode"] == "sliding" else 0,
                                           p["length"]))
         if per_position is not None:
             data["per_position"] = [
                 p for p in data["per_position"]
-                if (p["length"], p["tokens"]) != (per_position["length"], per_position["tokens"])
+                if (p.get("length"), p.get("first_token"), p.get("tokens"))
+                != (per_position["length"], per_position["first_token"], per_position["tokens"])
             ] + [per_position]
         data.update(fields, updated_at=now())
         atomic_write_json(self.path / EVAL, data)
         return data
+
+    def set_aside_eval(self) -> Path:
+        """Rename a damaged eval.json out of the way (kept for inspection, never read)."""
+        aside = self.path / f"{EVAL}.damaged-{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}"
+        os.replace(self.path / EVAL, aside)
+        return aside
 
     def save_checkpoint(self, state: dict) -> None:
         # serialised in memory first: torch's zip writer turns a failed write (a full disk)
@@ -252,3 +348,215 @@ class Run:
         except Exception as e:  # torch raises many types for a damaged or foreign file
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise PosexpError(f"cannot load {path}: {first}") from None
+
+
+# --- reading runs back ----------------------------------------------------------------------
+# All reading and writing of run files lives in runs.py; report, reproduce and sweep read
+# through it.  Reading never raises for one damaged run: it comes back with status "damaged"
+# and a reason that names the file and what is wrong, so one bad directory cannot stop a
+# report of the others.
+
+
+
+DAMAGED, MISSING = "damaged", "missing"
+MODES = tuple(m.value for m in EvalMode)
+
+# (first_token, tokens): a point scores the validation targets first_token+1 .. first_token+tokens
+Region = tuple[int, int]
+
+INT, NUM, STR, BOOL, OBJ, LIST = (
+    "an integer", "a number", "a string", "true or false", "an object", "a list")
+_KINDS: dict[str, Callable[[object], bool]] = {
+    # JSON true/false are Python bools, which are ints too: never a length or a count
+    INT: lambda v: isinstance(v, int) and not isinstance(v, bool),
+    NUM: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    STR: lambda v: isinstance(v, str),
+    BOOL: lambda v: isinstance(v, bool),
+    OBJ: lambda v: isinstance(v, dict),
+    LIST: lambda v: isinstance(v, list),
+}
+
+# The keys of each file that report, reproduce and sweep read, and their kinds.  A key may be
+# absent or null unless required; present, it must be of its kind.
+RUN_KINDS = {"status": STR, "reason": STR, "name": STR, "experiment": STR, "encoding": STR,
+             "seq_len": INT, "seed": INT, "n_params": INT, "steps": INT, "tokens_trained": INT,
+             "device": STR, "model": OBJ, "corpus": OBJ, "versions": OBJ}
+MODEL_KINDS = {"d_model": INT, "n_layer": INT, "n_head": INT}
+CORPUS_KINDS = {"name": STR, "fingerprint": STR, "tokenizer": STR,
+                "tokenizer_fingerprint": STR, "vocab_size": INT, "val_tokens": INT}
+POINT_KINDS = {"mode": STR, "length": INT, "stride": INT, "first_token": INT, "tokens": INT,
+               "applicable": BOOL, "reason": STR, "loss": NUM, "ppl": NUM,
+               "bits_per_token": NUM, "bits_per_byte": NUM, "seconds": NUM}
+POSITION_KINDS = {"length": INT, "first_token": INT, "tokens": INT, "position": LIST,
+                  "position_end": LIST, "loss": LIST}
+# identity keys the report reads (labels, table columns), beyond being compared
+IDENTITY_KINDS = {"encoding.name": STR, "train.seq_len": INT, "seed": INT,
+                  "model.d_model": INT, "model.n_layer": INT, "model.n_head": INT}
+
+
+@dataclass
+class RunResult:
+    """One run directory read back: run.json (``info``), and for a completed run its identity
+    (config.identity of config.yaml) and eval.json's curve points and per-position records.
+    A run that cannot be read has ``info`` {"status": "damaged", "reason": ...}."""
+
+    path: Path
+    info: dict
+    identity: dict = field(default_factory=dict)
+    curve: list[dict] = field(default_factory=list)
+    per_position: list[dict] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        return self.info.get("status", DAMAGED)
+
+    @property
+    def reason(self) -> str | None:
+        return self.info.get("reason")
+
+    @property
+    def name(self) -> str:
+        return self.info.get("name") or self.path.name
+
+    @property
+    def encoding(self) -> str | None:
+        return self.identity.get("encoding.name", self.info.get("encoding"))
+
+    @property
+    def train_len(self) -> int | None:
+        return self.identity.get("train.seq_len", self.info.get("seq_len"))
+
+    @property
+    def seed(self) -> int | None:
+        return self.identity.get("seed", self.info.get("seed"))
+
+    def regions(self, mode: str) -> list[Region]:
+        """The scored regions this run holds points of ``mode`` on."""
+        return sorted({(p["first_token"], p["tokens"]) for p in self.curve if p["mode"] == mode})
+
+    def points(self, mode: str, region: Region) -> dict[int, dict]:
+        """length -> the point of ``mode`` scored on ``region``; with several sliding strides at
+        one length, the smallest stride (the most context per token) stands for that length."""
+        out: dict[int, dict] = {}
+        ours = (p for p in self.curve
+                if p["mode"] == mode and (p["first_token"], p["tokens"]) == region)
+        for p in sorted(ours, key=lambda p: -p["stride"]):
+            out[p["length"]] = p
+        return out
+
+
+def _check_fields(file: Path, where: str, obj: object, kinds: dict[str, str],
+                  required: Iterable[str] = ()) -> None:
+    """Raise PosexpError naming ``file`` when ``obj`` is not a JSON object, lacks a required
+    key, or holds a key of another kind; ``where`` says which part of the file it is."""
+    if not isinstance(obj, dict):
+        raise PosexpError(f"{file} is damaged: {where or 'the file '}is not a JSON object")
+    for key in sorted(required):
+        if obj.get(key) is None:
+            raise PosexpError(f"{file} is damaged: {where}no {key!r}")
+    for key, kind in kinds.items():
+        value = obj.get(key)
+        if value is not None and not _KINDS[kind](value):
+            raise PosexpError(f"{file} is damaged: {where}{key!r} is {value!r:.40}, not {kind}")
+
+
+def _first_line(e: BaseException) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
+def read_identity(run: Run, info: dict) -> dict:
+    """The identity of the run in config.yaml, which must agree with what run.json says."""
+    file = run.path / CONFIG
+    if not file.is_file():
+        raise PosexpError(f"{file} does not exist")
+    ident = run.identity()
+    _check_fields(file, "", ident, IDENTITY_KINDS, ("encoding.name", "train.seq_len"))
+    for key, field_name in (("encoding.name", "encoding"), ("train.seq_len", "seq_len"),
+                            ("seed", "seed")):
+        said = info.get(field_name)
+        if said is not None and ident.get(key) != said:
+            raise PosexpError(f"{file} and {run.path / RUN} disagree: {key} is "
+                              f"{ident.get(key)!r}, run.json says {field_name} {said!r}")
+    return ident
+
+
+def read_curve(file: Path) -> tuple[list[dict], list[dict]]:
+    """eval.json's curve points and per-position records, every key the report reads checked."""
+    if not file.is_file():
+        raise PosexpError(f"{file} does not exist")
+    try:
+        data = json.loads(file.read_text())
+    except (OSError, ValueError) as e:
+        raise PosexpError(f"{file} is unreadable: {e}") from None
+    _check_fields(file, "", data, {"curve": LIST, "per_position": LIST}, ("curve",))
+    if not data["curve"]:
+        raise PosexpError(f"{file} is damaged: the curve holds no points")
+    for i, p in enumerate(data["curve"], 1):
+        _check_fields(file, f"curve point {i}: ", p, POINT_KINDS, POINT_KEYS | {"applicable"})
+        if p["mode"] not in MODES:  # it names the report's figure files
+            raise PosexpError(f"{file} is damaged: curve point {i}: 'mode' is {p['mode']!r:.40}, "
+                              f"not {' or '.join(MODES)}")
+        if p["applicable"]:
+            _check_fields(file, f"curve point {i}: ", p, {}, ("loss", "ppl"))
+    per_position = data.get("per_position") or []
+    for i, p in enumerate(per_position, 1):
+        where = f"per_position record {i}: "
+        _check_fields(file, where, p, POSITION_KINDS, ("length", "position", "position_end",
+                                                       "loss"))
+        columns = (p["position"], p["position_end"], p["loss"])
+        if len({len(c) for c in columns}) > 1 or not all(_KINDS[NUM](x) for c in columns
+                                                          for x in c):
+            raise PosexpError(f"{file} is damaged: {where}position, position_end and loss are "
+                              "not lists of numbers of one length")
+    return data["curve"], per_position
+
+
+def load_run(path: Path) -> RunResult:
+    """The run in ``path`` as a report reads it: a completed run with its identity and curve;
+    another status (running, failed, ...) with its reason; a run whose run.json, config.yaml
+    or eval.json is unreadable, or holds a key missing or of another type, with status
+    "damaged"; a directory without run.json with status "missing".  Never raises for a
+    damaged run."""
+    if not (path / RUN).is_file():
+        return RunResult(path, {"status": MISSING, "reason": f"{path / RUN} does not exist"})
+    run = Run(path)
+    try:
+        info = run.info()
+        _check_fields(path / RUN, "", info, RUN_KINDS, ("status",))
+        for key, kinds in (("model", MODEL_KINDS), ("corpus", CORPUS_KINDS)):
+            if info.get(key) is not None:
+                _check_fields(path / RUN, f"{key}: ", info[key], kinds)
+        if info["status"] != "completed":
+            return RunResult(path, info)
+        _check_fields(path / RUN, "", info, {}, ("encoding", "seq_len"))
+        ident = read_identity(run, info)
+        curve, per_position = read_curve(path / EVAL)
+    except PosexpError as e:
+        return RunResult(path, {"status": DAMAGED, "reason": str(e)})
+    return RunResult(path, info, ident, curve, per_position)
+
+
+def run_dirs(root: Path) -> list[Path]:
+    """Every directory below ``root`` that holds a run.json, except inside a dot-directory
+    (runs moved aside to .replaced/, .locks/) or a W&B folder (wandb/)."""
+    found = []
+    for file in sorted(root.rglob(RUN)):
+        parts = file.relative_to(root).parts[:-1]
+        if not any(part.startswith(".") or part == "wandb" for part in parts):
+            found.append(file.parent)
+    return found
+
+
+def split_runs(results: list[RunResult]) -> tuple[list[RunResult], list[RunResult]]:
+    """(completed runs, runs that are not complete: unfinished, failed, damaged, ...)."""
+    done = [r for r in results if r.status == "completed"]
+    return done, [r for r in results if r.status != "completed"]
+
+
+def load_runs(root: Path) -> tuple[list[RunResult], list[RunResult]]:
+    """(completed runs, the others) under ``root``; a PosexpError when there is no run at all,
+    so that nothing is written for a directory that holds none."""
+    dirs = run_dirs(root)
+    if not dirs:
+        raise PosexpError(f"no posexp runs under {root}")
+    return split_runs([load_run(d) for d in dirs])

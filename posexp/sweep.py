@@ -39,6 +39,39 @@ def grid(overrides: list[str], preset_params: dict[str, str]) -> list[list[str]]
     return [list(job) for job in itertools.product(*axes)]
 
 
+# Already in the default run name ${encoding.name}-L${train.seq_len}-s${seed}.
+NAMED_KEYS = ("encoding", "train.seq_len", "seed")
+GROUPS = ("model", "data", "train", "eval", "logger")
+
+
+def run_name_override(jobs: list[list[str]]) -> list[str]:
+    """The run_name override that gives every job of a sweep its own directory: the default
+    name plus ``,key=${key}`` for each swept key of the identity it does not hold (a config
+    group by its option's name), with the last part of a dotted key where that is unique.
+    Nothing when the command line or the sweep preset sets run_name, or nothing else is
+    swept."""
+    from posexp.config import in_identity
+
+    values: dict[str, set[str]] = {}
+    for job in jobs:
+        for override in job:
+            key, _, value = override.partition("=")
+            values.setdefault(key.lstrip("+~"), set()).add(value)
+    if "run_name" in values:
+        return []
+    swept = [k for k, v in values.items()
+             if len(v) > 1 and k not in NAMED_KEYS and in_identity(k)]
+    if not swept:
+        return []
+    short = [k.rsplit(".", 1)[-1] for k in swept]
+    parts = []
+    for key, name in zip(swept, short, strict=True):
+        label = name if short.count(name) == 1 else key
+        value = f"${{hydra:runtime.choices.{key}}}" if key in GROUPS else f"${{{key}}}"
+        parts.append(f",{label}={value}")
+    return [f"run_name='${{encoding.name}}-L${{train.seq_len}}-s${{seed}}{''.join(parts)}'"]
+
+
 def worker_threads(launcher: DictConfig) -> int | None:
     """Torch threads per job so that parallel jobs share the cores instead of fighting over
     them (two 2-thread jobs on 2 cores run several times slower than one after the other)."""
@@ -58,7 +91,8 @@ def sweep_job(cfg: DictConfig) -> str:
     import torch
     from hydra.core.hydra_config import HydraConfig
 
-    from posexp.train import Interrupted, run_training
+    from posexp.experiment import run
+    from posexp.train import Interrupted
 
     name = f"{cfg.experiment}/{cfg.run_name}"
     launcher = HydraConfig.get().launcher
@@ -67,7 +101,7 @@ def sweep_job(cfg: DictConfig) -> str:
         torch.set_num_threads(threads)
     sequential = "BasicLauncher" in str(launcher.get("_target_", ""))
     try:
-        return run_training(cfg, progress=sequential, group=cfg.experiment)
+        return run(cfg, progress=sequential, group=cfg.experiment)
     except Interrupted:
         raise  # a signal stops the whole sweep; its run is checkpointed
     except Exception as e:  # one failed job must not stop the sweep
@@ -78,17 +112,18 @@ def sweep_job(cfg: DictConfig) -> str:
 
 def summarize(jobs: list[DictConfig]) -> None:
     """Print the sweep's table and write summary.md / summary.csv next to its runs; a job
-    that did not complete is listed, and makes the exit status 1."""
-    from posexp.report import RunResult, load_run, split_runs, terminal_table, write_tables
+    that did not complete, or whose run cannot be read, is listed with the reason, and makes
+    the exit status 1."""
+    from posexp.report import terminal_table, write_tables
+    from posexp.runs import MISSING, RunResult, load_run, split_runs
 
     by_experiment: dict[Path, list[RunResult]] = {}
     for cfg in jobs:
         root = Path(cfg.results_dir) / cfg.experiment
         path = root / cfg.run_name
-        result = load_run(path) if (path / "run.json").exists() else None
-        if result is None:
-            result = RunResult(path, {"encoding": cfg.encoding.name, "seq_len": cfg.train.seq_len,
-                                      "status": "not started",
+        result = load_run(path)
+        if result.status == MISSING:  # the job failed before its directory held a run
+            result = RunResult(path, {"status": "not started",
                                       "reason": "failed before training; see messages above"})
         by_experiment.setdefault(root, []).append(result)
     failed = []
@@ -97,7 +132,7 @@ def summarize(jobs: list[DictConfig]) -> None:
         files = write_tables(done, not_done, root, f"posexp sweep: {root}")
         print(terminal_table(done) if done else "no run completed")
         for r in not_done:
-            print(f"  not completed: {r.path} ({r.info.get('status')}: {r.info.get('reason')})")
+            print(f"  not completed: {r.path} ({r.status}: {r.reason})")
         print(f"tables: {', '.join(str(f) for f in files)}")
         failed += not_done
     if failed:

@@ -4,28 +4,26 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import math
 import random
 import signal
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
 from posexp import config as C
-from posexp.data import Corpus, load_corpus
-from posexp.distributed import World, barrier, join, leave, mean
+from posexp.data import Corpus
+from posexp.distributed import World, mean
 from posexp.errors import PosexpError, UsageError
-from posexp.evaluate import autocast, check_val_size, extrapolation_curve, score_windows
+from posexp.evaluate import autocast, score_windows
 from posexp.model import GPT, GPTConfig
-from posexp.runs import CHECKPOINT, EVAL, Run, code_version, now, versions
-from posexp.sinks import Sink, open_sink
+from posexp.runs import Run
+from posexp.sinks import Sink
 
 
 class Diverged(PosexpError):
@@ -38,10 +36,10 @@ class Diverged(PosexpError):
 
 
 class Interrupted(PosexpError):
-    def __init__(self, signum: int, step: int) -> None:
+    def __init__(self, signum: int, step: int,
+                 detail: str = "checkpoint saved, run the same command again to resume") -> None:
         name = signal.Signals(signum).name
-        super().__init__(f"stopped by {name} at step {step}; checkpoint saved, run the same "
-                         "command again to resume")
+        super().__init__(f"stopped by {name} at step {step}; {detail}")
         self.exit_code = 128 + signum
 
 
@@ -71,6 +69,7 @@ def allow_tf32(device: torch.device) -> None:
 
 
 def build_model(cfg: DictConfig, vocab_size: int) -> GPT:
+    """The model of a resolved config (config.resolve)."""
     m = cfg.model
     return GPT(
         GPTConfig(
@@ -78,9 +77,9 @@ def build_model(cfg: DictConfig, vocab_size: int) -> GPT:
             d_model=m.d_model,
             n_layer=m.n_layer,
             n_head=m.n_head,
-            d_ff=m.d_ff or 4 * m.d_model,
+            d_ff=m.d_ff,
             encoding=cfg.encoding.name,
-            max_positions=cfg.encoding.max_positions or cfg.train.seq_len,
+            max_positions=cfg.encoding.max_positions,
             rope_base=cfg.encoding.base,
             dropout=m.dropout,
             tie_weights=m.tie_weights,
@@ -125,12 +124,24 @@ def sample_batch(
 
 
 def val_loss(model: GPT, corpus: Corpus, cfg: DictConfig, device: torch.device) -> float:
-    """Validation loss at the training length on the first train.val_tokens tokens."""
+    """Validation loss at the training length on the first train.val_tokens tokens, in eval
+    mode (no dropout; it draws no random numbers, so it leaves the training run unchanged)."""
     n = min(cfg.train.val_tokens, len(corpus.val) - cfg.train.seq_len - 1)
+    model.eval()
     total, _ = score_windows(model, corpus.val, cfg.train.seq_len, cfg.train.seq_len,
                              cfg.train.seq_len, n, cfg.eval.batch_tokens, device)
     model.train()
     return total / n
+
+
+CHECKPOINT_KEYS = ("model", "optimizer", "step", "tokens", "data_rng", "rng", "last", "seconds")
+
+
+def check_checkpoint(state: dict) -> None:
+    """A checkpoint to resume from holds every part of the training state."""
+    missing = [k for k in CHECKPOINT_KEYS if k not in state]
+    if missing:
+        raise PosexpError(f"the checkpoint has no {', '.join(missing)}")
 
 
 def rng_state() -> dict:
@@ -207,6 +218,7 @@ def fit(model: GPT, corpus: Corpus, cfg: DictConfig, run: Run | None, sink: Sink
     gen = torch.Generator().manual_seed(cfg.seed)
     first_step, last, seconds_before = 0, {"loss": float("nan")}, 0.0
     if resume is not None:
+        check_checkpoint(resume)
         opt.load_state_dict(resume["optimizer"])
         gen.set_state(resume["data_rng"])
         set_rng_state(resume["rng"])
@@ -282,134 +294,6 @@ def fit(model: GPT, corpus: Corpus, cfg: DictConfig, run: Run | None, sink: Sink
             "final_train_loss": last["loss"], "final_val_loss": last.get("val_loss")}
 
 
-def evaluate_run(model: GPT, corpus: Corpus, cfg: DictConfig, run: Run, sink: Sink,
-                 device: torch.device) -> tuple[list[dict], float]:
-    e = cfg.eval
-    t0 = time.perf_counter()
-    curve, per_position = extrapolation_curve(
-        model, corpus.val, C.eval_lengths(cfg), C.EvalMode(e.mode).value, e.stride, e.tokens,
-        e.batch_tokens, e.per_position_buckets, device, corpus.token_bytes,
-    )
-    seconds = time.perf_counter() - t0
-    run.write_eval(curve, per_position, train_seq_len=cfg.train.seq_len,
-                   encoding=cfg.encoding.name, corpus=corpus.fingerprint)
-    sink.log_eval(curve, per_position)
-    return curve, seconds
-
-
-def comparable(config: DictConfig) -> str:
-    """The parts of a config that decide what a run computes: not where it is written, how
-    it is logged, which kernel computes attention, or whether it may resume."""
-    c = OmegaConf.to_container(config, resolve=True, enum_to_str=True)
-    for key in ("logger", "results_dir", "experiment", "run_name", "attention"):
-        c.pop(key, None)
-    c["train"].pop("resume", None)
-    return json.dumps(c, sort_keys=True)
-
-
-def run_training(cfg: DictConfig, progress: bool = True, group: str | None = None) -> str:
-    """One posexp run, in results_dir/experiment/run_name; returns "completed", or "skipped"
-    when that directory already holds a completed run of this config.
-
-    A run of this config that did not finish (interrupted, killed, failed) continues from its
-    last checkpoint, unless train.resume=false, which starts afresh; a run of another config
-    in the same directory is replaced.  run.json's status always ends as completed, failed,
-    diverged or interrupted.  ``progress`` shows a progress bar on a terminal; ``group``
-    names the W&B group (a sweep).
-    """
-    C.check(cfg)
-    path = Path(cfg.results_dir) / cfg.experiment / cfg.run_name
-    previous = Run.previous(path)
-    same = previous is not None and comparable(previous[1]) == comparable(cfg)
-    status = previous[0].get("status") if previous else None
-    if same and status == "completed" and cfg.train.resume:
-        try:
-            if not Run(path).read_eval()["curve"]:
-                raise PosexpError(f"{path / EVAL} is missing")
-            print(f"posexp: {path}: already completed with this config, skipped "
-                  "(train.resume=false trains it again)", file=sys.stderr)
-            return "skipped"
-        except PosexpError as e:  # resuming from the final checkpoint evaluates again
-            print(f"posexp: warning: {e}; evaluating it again", file=sys.stderr)
-    device = pick_device(cfg)
-    world = join(device.type)
-    try:
-        return train_and_evaluate(cfg, path, previous, same, device, world, progress, group)
-    finally:
-        # every process stays until rank 0 has evaluated: a process that tears its gloo
-        # connections down while another still holds them aborts (SIGABRT) at exit
-        barrier(world)
-        leave(world)
-
-
-def train_and_evaluate(cfg: DictConfig, path: Path, previous: tuple | None, same: bool,
-                       device: torch.device, world: World, progress: bool,
-                       group: str | None) -> str:
-    if cfg.train.batch_size % world.size:
-        raise UsageError(f"train.batch_size ({cfg.train.batch_size}) must be divisible by the "
-                         f"number of processes ({world.size})")
-    if world.size > 1 and device.type == "cuda":
-        device = torch.device("cuda", world.local_rank)
-        torch.cuda.set_device(device)
-    corpus = load_corpus(cfg.data)
-    if len(corpus.train) <= cfg.train.seq_len + 1:
-        raise UsageError(f"the training split has {len(corpus.train)} tokens, fewer than one "
-                         f"window of train.seq_len={cfg.train.seq_len}")
-    check_val_size(len(corpus.val), C.eval_lengths(cfg), cfg.eval.tokens)
-    torch.manual_seed(cfg.seed)
-    model = build_model(cfg, corpus.vocab_size).to(device)
-    state = None
-    if same and cfg.train.resume and (path / CHECKPOINT).exists():
-        try:
-            state = Run(path).load_checkpoint()
-            model.load_state_dict(state["model"])
-        except (PosexpError, KeyError, RuntimeError) as e:
-            print(f"posexp: warning: {path}: cannot resume ({str(e).splitlines()[0]}); "
-                  "starting afresh", file=sys.stderr)
-            state = None
-            torch.manual_seed(cfg.seed)
-            model = build_model(cfg, corpus.vocab_size).to(device)
-    barrier(world)  # every process has read the directory before rank 0 changes it
-    if not world.main:
-        fit(model, corpus, cfg, None, Sink(), device, False, state, world)
-        return "completed"
-    if state is not None:
-        run = Run(path)
-        run.resume(state["step"])
-        print(f"posexp: {path}: resuming from step {state['step']} "
-              f"({state['tokens']:,} tokens)", file=sys.stderr)
-    else:
-        if previous is not None and not same:
-            print(f"posexp: {path}: replacing a run of another config", file=sys.stderr)
-        run = Run.create(path, cfg)
-    run.update(name=cfg.run_name, experiment=cfg.experiment, encoding=cfg.encoding.name,
-               seq_len=cfg.train.seq_len, seed=cfg.seed, device=str(device),
-               n_params=model.n_params(), corpus=corpus.describe(), versions=versions(),
-               model={k: cfg.model[k] for k in ("d_model", "n_layer", "n_head")},
-               code_version=code_version())
-    print(f"posexp: {cfg.encoding.name}, {model.n_params() / 1e6:.2f}M parameters, "
-          f"{cfg.train.tokens:,} tokens at length {cfg.train.seq_len} on {device}"
-          + (f" x {world.size} processes" if world.size > 1 else "") + f" -> {path}",
-          file=sys.stderr)
-    sink = open_sink(cfg, path, group)
-    try:
-        stats = fit(model, corpus, cfg, run, sink, device, progress, state, world)
-        run.update(**stats, weights_sha256=weights_hash(model))
-        curve, seconds = evaluate_run(model, corpus, cfg, run, sink, device)
-    except Diverged as e:
-        end(run, sink, "diverged", str(e), **e.fields)
-        raise
-    except (Interrupted, KeyboardInterrupt) as e:
-        end(run, sink, "interrupted", str(e) or "stopped by the user")
-        raise
-    except BaseException as e:
-        end(run, sink, "failed", f"{type(e).__name__}: {e}")
-        raise
-    end(run, sink, "completed", eval_seconds=round(seconds, 2))
-    print(format_curve(curve, cfg.train.seq_len, f"{path}", per_byte=corpus.tokenizer != "byte"))
-    return "completed"
-
-
 def weights_hash(model: GPT) -> str:
     """SHA-256 over every tensor of the state dict, in order: equal hashes, equal weights."""
     digest = hashlib.sha256()
@@ -417,65 +301,3 @@ def weights_hash(model: GPT) -> str:
         digest.update(name.encode())
         digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()
-
-
-def end(run: Run, sink: Sink, status: str, reason: str | None = None, **fields) -> None:
-    """Record how the run ended; on a full disk even run.json may not be writable, and the
-    error that got us here matters more than this one."""
-    try:
-        run.finish(status, reason, **fields)
-    except PosexpError as e:
-        print(f"posexp: warning: {e}", file=sys.stderr)
-    sink.finish(status)
-
-
-def format_curve(curve: list[dict], train_len: int, title: str, per_byte: bool = False) -> str:
-    """The table printed at the end of a run: length -> loss, perplexity, bits per token, and
-    bits per byte when tokens are not bytes."""
-    lines = []
-    extra = f"  {'bits/byte':>9}" if per_byte else ""
-    for mode in dict.fromkeys(p["mode"] for p in curve):
-        points = [p for p in curve if p["mode"] == mode]
-        lines.append(f"\n{title}: {mode}, {points[0]['tokens']:,} tokens scored at every length")
-        lines.append(f"{'length':>8}  {'loss (nats)':>11}  {'ppl':>8}  {'bits/token':>10}{extra}")
-        for p in points:
-            mark = "  <- train length" if p["length"] == train_len else ""
-            if p["applicable"]:
-                bpb = f"  {p['bits_per_byte']:>9.4f}" if per_byte else ""
-                lines.append(f"{p['length']:>8}  {p['loss']:>11.4f}  {p['ppl']:>8.3f}  "
-                             f"{p['bits_per_token']:>10.4f}{bpb}{mark}")
-            else:
-                na = f"  {'n/a':>9}" if per_byte else ""
-                lines.append(f"{p['length']:>8}  {'n/a':>11}  {'n/a':>8}  {'n/a':>10}{na}  "
-                             f"({p['reason']}){mark}")
-    return "\n".join(lines)
-
-
-def reevaluate(run: Run, cfg: DictConfig) -> Path:
-    """Score a saved checkpoint again (other lengths, mode or stride) without training."""
-    C.check_eval(cfg)
-    C.check_attention(cfg)
-    info = run.info()
-    if info.get("status") != "completed":
-        raise UsageError(f"{run.path} has status {info.get('status')!r}; only completed runs "
-                         "can be evaluated")
-    device = pick_device(cfg, training=False)
-    corpus = load_corpus(cfg.data)
-    trained_on = info.get("corpus", {})
-    for key, what in (("fingerprint", "corpus"), ("tokenizer_fingerprint", "tokenizer")):
-        was, current = trained_on.get(key), getattr(corpus, key)
-        if was and was != current:
-            raise PosexpError(f"the {what} has changed since {run.path} was trained "
-                              f"(fingerprint {current[:12]}, run has {was[:12]})")
-    state = run.load_checkpoint()
-    model = build_model(cfg, corpus.vocab_size)
-    try:
-        model.load_state_dict(state["model"])
-    except (KeyError, RuntimeError) as e:
-        raise PosexpError(f"{run.path}: checkpoint does not match config.yaml: "
-                          f"{str(e).splitlines()[0]}") from None
-    curve, seconds = evaluate_run(model.to(device), corpus, cfg, run, Sink(), device)
-    run.update(last_eval_at=now(), last_eval_seconds=round(seconds, 2))
-    print(format_curve(curve, cfg.train.seq_len, str(run.path),
-                       per_byte=corpus.tokenizer != "byte"))
-    return run.path

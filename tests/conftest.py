@@ -9,7 +9,7 @@ import pytest
 # A model and budget small enough that a run through the real CLI takes a few seconds.
 TINY = [
     "model.d_model=32", "model.n_layer=1", "model.n_head=2",
-    "train.seq_len=16", "train.tokens=8192", "train.batch_size=8", "train.log_every=8",
+    "train.seq_len=16", "train.tokens=8192", "train.batch_tokens=128", "train.log_every=8",
     "train.val_every_tokens=4096", "train.val_tokens=256",
     "eval.tokens=512", "eval.lengths=[16,32,64]", "device=cpu",
 ]

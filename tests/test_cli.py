@@ -35,7 +35,9 @@ def test_train_then_eval(posexp, tmp_path, encoding):
     curve = read_json(run / "eval.json")["curve"]
     assert [(p["mode"], p["length"]) for p in curve] == [
         ("nonoverlapping", L) for L in (16, 32, 64)]
-    assert all(p["tokens"] == 512 and p["first_token"] == 64 for p in curve)
+    # the scored region: the last 512 targets of the validation stream, at every length
+    last = info["corpus"]["val_tokens"] - 1 - 512
+    assert all(p["tokens"] == 512 and p["first_token"] == last for p in curve)
     if encoding == "learned":
         assert [p["applicable"] for p in curve] == [True, False, False]
         assert "n/a" in r.stdout
@@ -98,8 +100,8 @@ USAGE_ERRORS = [
     (["train.seq_len=0"], "train.seq_len must be a positive integer"),
     (["train.seq_len=12.5"], "seq_len"),
     (["train.tokens=-5"], "train.tokens must be a positive integer"),
-    (["train.batch_size=0"], "train.batch_size must be a positive integer"),
-    (["train.lr=0"], "train.lr must be positive"),
+    (["train.batch_tokens=0"], "train.batch_tokens must be a positive integer"),
+    (["train.lr=0"], "train.lr must be a finite number in (0, 10], got 0.0"),
     (["model.d_model=100", "model.n_head=3"], "divisible by model.n_head"),
     (["encoding=rope", "model.d_model=36", "model.n_head=4"], "even head dimension"),
     (["eval.lengths=[64,-128]"], "each of eval.lengths must be a positive integer"),

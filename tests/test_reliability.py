@@ -122,13 +122,19 @@ def test_killed_sweep_completes_only_what_is_missing(posexp, cache_dir, tmp_path
 def test_completed_run_is_skipped_unless_resume_false(posexp, tmp_path):
     args = ["train", "encoding=nope", *TINY, "results_dir=out"]
     assert posexp(*args).returncode == 0
-    ckpt = tmp_path / "out/default/nope-L16-s0/checkpoint.pt"
-    stamp = ckpt.stat().st_mtime_ns
+    run = tmp_path / "out/default/nope-L16-s0"
+    stamp = (run / "checkpoint.pt").stat().st_mtime_ns
+    weights = read_json(run / "run.json")["weights_sha256"]
     r = posexp(*args)
-    assert r.returncode == 0 and "already completed with this config" in r.stderr
-    assert ckpt.stat().st_mtime_ns == stamp
+    assert r.returncode == 0 and "already completed" in r.stderr and "skipped" in r.stderr
+    assert (run / "checkpoint.pt").stat().st_mtime_ns == stamp
     r = posexp(*args, "train.resume=false")
-    assert r.returncode == 0 and ckpt.stat().st_mtime_ns != stamp
+    assert r.returncode == 0 and (run / "checkpoint.pt").stat().st_mtime_ns != stamp
+    # the old run was moved aside, whole, never deleted
+    (aside,) = (tmp_path / "out/default/.replaced").iterdir()
+    assert aside.name.startswith("nope-L16-s0-") and str(aside) in r.stderr
+    assert read_json(aside / "run.json")["weights_sha256"] == weights
+    assert (aside / "checkpoint.pt").stat().st_mtime_ns == stamp
 
 
 @pytest.mark.slow

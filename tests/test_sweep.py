@@ -30,12 +30,14 @@ def test_sweep_basic_launcher_then_resume_then_report(posexp, tmp_path):
     stamps = {n: (root / n / "checkpoint.pt").stat().st_mtime_ns for n in RUNS}
     r = posexp("sweep", *GRID, "experiment=basic")
     assert r.returncode == 0, r.stderr
-    assert r.stderr.count("already completed with this config, skipped") == 4
+    assert r.stderr.count("already completed") == 4 and r.stderr.count("skipped") == 4
     assert stamps == {n: (root / n / "checkpoint.pt").stat().st_mtime_ns for n in RUNS}
 
-    # a changed config is not the same run: it trains again
+    # another identity in the same directories: refused before any job starts
     r = posexp("sweep", *GRID, "experiment=basic", "train.lr=0.001")
-    assert r.returncode == 0 and "skipped" not in r.stderr
+    assert r.returncode == 2 and "holds a run of another identity (train.lr: 0.002 -> 0.001)" \
+        in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert stamps == {n: (root / n / "checkpoint.pt").stat().st_mtime_ns for n in RUNS}
 
     # report: figures and tables from run.json / eval.json; a damaged run is named and skipped
     (root / "rope-L32-s0" / "eval.json").write_text('{"curve": [')
@@ -53,7 +55,7 @@ def test_sweep_basic_launcher_then_resume_then_report(posexp, tmp_path):
         for n in ("32", "64")}
     md = (report / "summary.md").read_text()
     assert "| alibi | 32 | 1 | **" in md and "(1.00x)" in md
-    assert "Runs not included" in md and "rope-L32-s0" in md and "eval.json unreadable" in md
+    assert "Runs not included" in md and "rope-L32-s0" in md and "eval.json is unreadable" in md
 
     # the report uploaded to W&B (offline here): figures and the tidy table
     r = posexp("report", "out", "--wandb", env={"WANDB_MODE": "offline", "WANDB_SILENT": "true"})
@@ -64,12 +66,17 @@ def test_sweep_basic_launcher_then_resume_then_report(posexp, tmp_path):
     [table] = offline.glob("files/media/table/summary_*.table.json")
     assert len(json.loads(table.read_text())["data"]) == 3 * 2
 
-    # a damaged run.json is named, and that run is trained again by the next sweep
+    # a damaged run.json is named and never overwritten; train.resume=false moves it aside
     (root / "alibi-L16-s0" / "run.json").write_text('{"status": "compl')
-    r = posexp("sweep", *GRID, "experiment=basic", "train.lr=0.001")
+    r = posexp("sweep", *GRID, "experiment=basic")
+    assert r.returncode == 1 and "alibi-L16-s0/run.json is unreadable" in r.stderr
+    assert "train.resume=false" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = posexp("train", "encoding=alibi", "train.seq_len=16", *GRID[2:], "experiment=basic",
+               "train.resume=false")
     assert r.returncode == 0, r.stderr
-    assert "alibi-L16-s0 holds an unreadable run" in r.stderr
     assert read_json(root / "alibi-L16-s0" / "run.json")["status"] == "completed"
+    [aside] = (root / ".replaced").iterdir()
+    assert (aside / "run.json").read_text() == '{"status": "compl'
 
 
 @pytest.mark.slow
@@ -163,7 +170,8 @@ def test_reproduce_prints_verdicts(posexp, tmp_path):
     assert (out / "extrapolation_sliding.png").exists()
     # run again: nothing is retrained
     r = posexp("reproduce", "--preset", str(preset), "--results-dir", "out")
-    assert r.returncode == 0 and r.stderr.count("already completed with this config") == 6
+    assert r.returncode == 0 and r.stderr.count("skipped") == 12  # both modes of 6 runs
+    assert "parameters" not in r.stderr  # nothing trained
 
 
 def test_reproduce_unknown_preset(posexp):

@@ -1,0 +1,339 @@
+"""One run end to end: identity, lock, skip / resume / re-score / refuse, train, evaluate,
+record.  `posexp train`, sweep jobs, `posexp resume`, `posexp reproduce` and `posexp eval`
+all go through here; train.py keeps only the training loop.
+
+What happens to the directory results_dir/experiment/run_name (with train.resume=true, the
+default), under its lock:
+
+| what is there                            | what happens                                   |
+|------------------------------------------|------------------------------------------------|
+| nothing                                  | train, then evaluate                           |
+| same identity, completed                 | nothing, or score the evaluation points the    |
+|                                          | config asks for that eval.json lacks           |
+| same identity, unfinished, a checkpoint  | resume from the checkpoint                     |
+| same identity, unfinished, no checkpoint | train (nothing of the attempt was kept)        |
+| another identity, any status             | refuse (exit 2), naming the keys that differ   |
+
+With train.resume=false whatever is there is moved aside to <experiment>/.replaced/ (never
+deleted) and the run starts afresh.  A run's identity is what determines its weights
+(config.identity); evaluation settings, device, kernel, logging and cache location are not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig
+
+from posexp import config as C
+from posexp.data import Corpus, load_corpus
+from posexp.distributed import World, barrier, join, leave
+from posexp.errors import PosexpError, UsageError
+from posexp.evaluate import check_val_size, extrapolation_curve, scored_region
+from posexp.model import GPT
+from posexp.runs import CHECKPOINT, RUN, Run, code_version, now, point_key, versions
+from posexp.sinks import Sink, open_sink
+from posexp.train import (
+    Diverged,
+    Interrupted,
+    build_model,
+    check_checkpoint,
+    fit,
+    pick_device,
+    weights_hash,
+)
+
+
+def run_dir(cfg: DictConfig) -> Path:
+    return Path(cfg.results_dir) / cfg.experiment / cfg.run_name
+
+
+def run(cfg: DictConfig, progress: bool = True, group: str | None = None) -> str:
+    """One posexp run, in results_dir/experiment/run_name: "completed" when it trained (or
+    resumed) and was evaluated, "skipped" when a completed run of this identity already held
+    every point asked for, "scored" when only missing evaluation points were computed.
+    ``progress`` shows a progress bar on a terminal; ``group`` names the W&B group."""
+    C.check(cfg)
+    cfg = C.resolve(cfg)
+    path = run_dir(cfg)
+    device = pick_device(cfg)
+    # torchrun: rank 0 holds the lock and writes; RANK is set before the process group exists
+    main = int(os.environ.get("RANK", "0")) == 0
+    with Run(path).lock() if main else contextlib.nullcontext():
+        world = join(device.type)
+        try:
+            return _run_locked(cfg, path, device, world, progress, group)
+        finally:
+            # every process stays until rank 0 has evaluated: a process that tears its gloo
+            # connections down while another still holds them aborts (SIGABRT) at exit
+            barrier(world)
+            leave(world)
+
+
+def _run_locked(cfg: DictConfig, path: Path, device: torch.device, world: World,
+                progress: bool, group: str | None) -> str:
+    run = Run(path)
+    previous = existing(run, cfg) if cfg.train.resume else None
+    barrier(world)  # every process has read the directory before rank 0 changes it
+    if not cfg.train.resume and (path / RUN).exists() and world.main:
+        aside = run.move_aside()
+        print(f"posexp: {path}: train.resume=false, the run there was moved aside to {aside}",
+              file=sys.stderr)
+    if previous is not None and previous["status"] == "completed":
+        return score_missing(run, cfg, device, previous) if world.main else "skipped"
+    return train_and_evaluate(cfg, run, previous is not None, device, world, progress, group)
+
+
+def existing(run: Run, cfg: DictConfig) -> dict | None:
+    """run.json of the run already in ``run``'s directory (None: there is none), after
+    refusing one of another identity or one too damaged to tell."""
+    try:
+        previous = run.previous()
+    except PosexpError as e:
+        raise PosexpError(f"{e}; posexp will not overwrite it: repair it, or add "
+                          "train.resume=false to move it aside") from None
+    if previous is None:
+        return None
+    info, old_identity = previous
+    differ = C.identity_diff(old_identity, C.identity(cfg))
+    if differ:
+        shown = "; ".join(differ[:4]) + (f"; and {len(differ) - 4} more"
+                                         if len(differ) > 4 else "")
+        raise UsageError(f"{run.path} holds a run of another identity ({shown}); choose "
+                         "another run_name= or experiment=, or add train.resume=false to move "
+                         f"that run aside to {run.path.parent / '.replaced'}/ and train this one")
+    return info
+
+
+def score_missing(run: Run, cfg: DictConfig, device: torch.device, info: dict) -> str:
+    """A completed run of this identity: score only the points cfg.eval asks for that
+    eval.json lacks (none: "skipped")."""
+    try:
+        have = {point_key(p) for p in run.read_eval()["curve"]}
+    except PosexpError as e:
+        aside = run.set_aside_eval()
+        print(f"posexp: warning: {e}; kept as {aside.name}, scoring the run again",
+              file=sys.stderr)
+        have = set()
+    val_tokens = info.get("corpus", {}).get("val_tokens")
+    if isinstance(val_tokens, int):
+        missing = [L for L, key in requested_points(cfg, val_tokens).items() if key not in have]
+    else:  # a run.json without the corpus size: score everything asked for
+        missing = C.eval_lengths(cfg)
+    if not missing:
+        print(f"posexp: {run.path}: already completed, and eval.json holds every point asked "
+              "for; skipped (train.resume=false moves it aside and trains it again)",
+              file=sys.stderr)
+        print(format_curve(requested_curve(run, cfg, val_tokens), cfg.train.seq_len,
+                           str(run.path)))
+        return "skipped"
+    print(f"posexp: {run.path}: already completed; scoring the {len(missing)} missing "
+          f"point(s) at length {', '.join(map(str, missing))} from its checkpoint",
+          file=sys.stderr)
+    evaluate(run, cfg, device, missing)
+    return "scored"
+
+
+def requested_points(cfg: DictConfig, val_tokens: int) -> dict[int, tuple]:
+    """length -> the eval.json key of the point cfg.eval asks for at that length."""
+    e = cfg.eval
+    first, n = scored_region(val_tokens, e.tokens)
+    mode = C.EvalMode(e.mode).value
+    return {L: point_key({"mode": mode, "length": L, "first_token": first, "tokens": n,
+                          "stride": L if mode == "nonoverlapping" else e.stride or max(1, L // 2)})
+            for L in C.eval_lengths(cfg)}
+
+
+def requested_curve(run: Run, cfg: DictConfig, val_tokens: int) -> list[dict]:
+    wanted = set(requested_points(cfg, val_tokens).values())
+    return [p for p in run.read_eval()["curve"] if point_key(p) in wanted]
+
+
+def evaluate(run: Run, cfg: DictConfig, device: torch.device,
+             lengths: list[int] | None = None) -> None:
+    """Score a completed run's checkpoint at ``lengths`` (default: every length of
+    cfg.eval) and merge the points into its eval.json; no training."""
+    info = run.info()
+    corpus = load_corpus(cfg.data)
+    trained_on = info.get("corpus") if isinstance(info.get("corpus"), dict) else {}
+    for key, what in (("fingerprint", "corpus"), ("tokenizer_fingerprint", "tokenizer")):
+        was, current = trained_on.get(key), getattr(corpus, key)
+        if was and was != current:
+            raise PosexpError(f"the {what} has changed since {run.path} was trained "
+                              f"(fingerprint {current[:12]}, run has {str(was)[:12]})")
+    state = run.load_checkpoint()
+    model = build_model(cfg, corpus.vocab_size)
+    try:
+        model.load_state_dict(state["model"])
+    except (KeyError, RuntimeError) as e:
+        raise PosexpError(f"{run.path / CHECKPOINT} does not match config.yaml: "
+                          f"{str(e).splitlines()[0]}") from None
+    model.to(device)
+    with signals_interrupt(info.get("steps", 0), "nothing was written to eval.json; run the "
+                           "same command again to score it"):
+        _, seconds = score(model, corpus, cfg, run, Sink(), device, lengths)
+    run.update(last_eval_at=now(), last_eval_seconds=round(seconds, 2))
+    print(format_curve(requested_curve(run, cfg, len(corpus.val)), cfg.train.seq_len,
+                       str(run.path), per_byte=corpus.tokenizer != "byte"))
+
+
+def evaluate_dir(path: Path, cfg: DictConfig) -> None:
+    """`posexp eval`: score every point cfg.eval asks for (again, if eval.json has it: a new
+    kernel or device replaces it), under the run's lock."""
+    run = Run(path)
+    with run.lock():
+        info = run.info()
+        if info.get("status") != "completed":
+            raise UsageError(f"{path} has status {info.get('status')!r}; only completed runs "
+                             "can be evaluated")
+        evaluate(run, C.resolve(cfg), pick_device(cfg, training=False))
+
+
+@contextlib.contextmanager
+def signals_interrupt(step: int, advice: str) -> Iterator[None]:
+    """SIGINT/SIGTERM during evaluation stop it at once (nothing half-scored is written):
+    Interrupted with ``advice`` on what to do next."""
+
+    def stop(signum: int, frame: object) -> None:
+        raise Interrupted(signum, step, f"during evaluation; {advice}")
+
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
+            previous[sig] = signal.signal(sig, stop)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def score(model: GPT, corpus: Corpus, cfg: DictConfig, run: Run, sink: Sink,
+          device: torch.device, lengths: list[int] | None = None) -> tuple[list[dict], float]:
+    """The extrapolation curve at ``lengths`` (default cfg.eval's), written to eval.json."""
+    e = cfg.eval
+    t0 = time.perf_counter()
+    curve, per_position = extrapolation_curve(
+        model, corpus.val, lengths or C.eval_lengths(cfg), C.EvalMode(e.mode).value, e.stride,
+        e.tokens, e.batch_tokens, e.per_position_buckets, device, corpus.token_bytes,
+    )
+    seconds = time.perf_counter() - t0
+    run.write_eval(curve, per_position, train_seq_len=cfg.train.seq_len,
+                   encoding=cfg.encoding.name, corpus=corpus.fingerprint)
+    sink.log_eval(curve, per_position)
+    return curve, seconds
+
+
+def train_and_evaluate(cfg: DictConfig, run: Run, same: bool, device: torch.device,
+                       world: World, progress: bool, group: str | None) -> str:
+    """Train (afresh, or from the checkpoint of an unfinished run of this identity), then
+    evaluate; run.json ends completed, failed, diverged or interrupted."""
+    path = run.path
+    if cfg.train.batch_size % world.size:
+        raise UsageError(f"train.batch_size ({cfg.train.batch_size}) must be divisible by the "
+                         f"number of processes ({world.size})")
+    if world.size > 1 and device.type == "cuda":
+        device = torch.device("cuda", world.local_rank)
+        torch.cuda.set_device(device)
+    corpus = load_corpus(cfg.data)
+    if len(corpus.train) <= cfg.train.seq_len + 1:
+        raise UsageError(f"the training split has {len(corpus.train)} tokens, fewer than one "
+                         f"window of train.seq_len={cfg.train.seq_len}")
+    check_val_size(len(corpus.val), C.eval_lengths(cfg), cfg.eval.tokens)
+    torch.manual_seed(cfg.seed)
+    model = build_model(cfg, corpus.vocab_size).to(device)
+    state = None
+    if same and (path / CHECKPOINT).exists():
+        try:
+            state = run.load_checkpoint()
+            check_checkpoint(state)
+            model.load_state_dict(state["model"])
+        except (PosexpError, KeyError, RuntimeError) as e:
+            if world.main:
+                aside = run.move_aside()
+                print(f"posexp: warning: {path}: cannot resume ({str(e).splitlines()[0]}); "
+                      f"the attempt was moved aside to {aside}, starting afresh",
+                      file=sys.stderr)
+            state = None
+            torch.manual_seed(cfg.seed)
+            model = build_model(cfg, corpus.vocab_size).to(device)
+    if not world.main:
+        fit(model, corpus, cfg, None, Sink(), device, False, state, world)
+        return "completed"
+    if state is not None:
+        run.resume(state["step"], cfg)
+        print(f"posexp: {path}: resuming from step {state['step']} "
+              f"({state['tokens']:,} tokens)", file=sys.stderr)
+    else:
+        run = Run.create(path, cfg)
+    run.update(name=cfg.run_name, experiment=cfg.experiment, encoding=cfg.encoding.name,
+               seq_len=cfg.train.seq_len, seed=cfg.seed, batch_size=cfg.train.batch_size,
+               device=str(device), n_params=model.n_params(), corpus=corpus.describe(),
+               versions=versions(), model={k: cfg.model[k] for k in ("d_model", "n_layer",
+                                                                     "n_head")},
+               code_version=code_version())
+    print(f"posexp: {cfg.encoding.name}, {model.n_params() / 1e6:.2f}M parameters, "
+          f"{cfg.train.tokens:,} tokens at length {cfg.train.seq_len} "
+          f"({cfg.train.batch_size} sequences a step) on {device}"
+          + (f" x {world.size} processes" if world.size > 1 else "") + f" -> {path}",
+          file=sys.stderr)
+    sink = open_sink(cfg, path, group)
+    try:
+        stats = fit(model, corpus, cfg, run, sink, device, progress, state, world)
+        run.update(**stats, weights_sha256=weights_hash(model))
+        with signals_interrupt(stats["steps"], "training is complete and checkpointed; run "
+                               "the same command again to finish the evaluation"):
+            curve, seconds = score(model, corpus, cfg, run, sink, device)
+    except Diverged as e:
+        end(run, sink, "diverged", str(e), **e.fields)
+        raise
+    except (Interrupted, KeyboardInterrupt) as e:
+        end(run, sink, "interrupted", str(e) or "stopped by the user")
+        raise
+    except BaseException as e:
+        end(run, sink, "failed", f"{type(e).__name__}: {e}")
+        raise
+    end(run, sink, "completed", eval_seconds=round(seconds, 2))
+    print(format_curve(curve, cfg.train.seq_len, f"{path}", per_byte=corpus.tokenizer != "byte"))
+    return "completed"
+
+
+def end(run: Run, sink: Sink, status: str, reason: str | None = None, **fields) -> None:
+    """Record how the run ended; on a full disk even run.json may not be writable, and the
+    error that got us here matters more than this one."""
+    try:
+        run.finish(status, reason, **fields)
+    except PosexpError as e:
+        print(f"posexp: warning: {e}", file=sys.stderr)
+    sink.finish(status)
+
+
+def format_curve(curve: list[dict], train_len: int, title: str, per_byte: bool = False) -> str:
+    """The table printed at the end of a run: length -> loss, perplexity, bits per token, and
+    bits per byte when tokens are not bytes."""
+    lines = []
+    extra = f"  {'bits/byte':>9}" if per_byte else ""
+    for mode in dict.fromkeys(p["mode"] for p in curve):
+        points = [p for p in curve if p["mode"] == mode]
+        lines.append(f"\n{title}: {mode}, {points[0]['tokens']:,} tokens scored at every length "
+                     f"(validation targets {points[0]['first_token'] + 1:,}-"
+                     f"{points[0]['first_token'] + points[0]['tokens']:,})")
+        lines.append(f"{'length':>8}  {'loss (nats)':>11}  {'ppl':>8}  {'bits/token':>10}{extra}")
+        for p in points:
+            mark = "  <- train length" if p["length"] == train_len else ""
+            if p["applicable"]:
+                bpb = f"  {p['bits_per_byte']:>9.4f}" if per_byte else ""
+                lines.append(f"{p['length']:>8}  {p['loss']:>11.4f}  {p['ppl']:>8.3f}  "
+                             f"{p['bits_per_token']:>10.4f}{bpb}{mark}")
+            else:
+                na = f"  {'n/a':>9}" if per_byte else ""
+                lines.append(f"{p['length']:>8}  {'n/a':>11}  {'n/a':>8}  {'n/a':>10}{na}  "
+                             f"({p['reason']}){mark}")
+    return "\n".join(lines)
