@@ -115,13 +115,7 @@ def existing(run: Run, cfg: DictConfig) -> dict | None:
 def score_missing(run: Run, cfg: DictConfig, device: torch.device, info: dict) -> str:
     """A completed run of this identity: score only the points cfg.eval asks for that
     eval.json lacks (none: "skipped")."""
-    try:
-        have = {point_key(p) for p in run.read_eval()["curve"]}
-    except PosexpError as e:
-        aside = run.set_aside_eval()
-        print(f"posexp: warning: {e}; kept as {aside.name}, scoring the run again",
-              file=sys.stderr)
-        have = set()
+    have = scored_points(run)
     val_tokens = info.get("corpus", {}).get("val_tokens")
     if isinstance(val_tokens, int):
         missing = [L for L, key in requested_points(cfg, val_tokens).items() if key not in have]
@@ -139,6 +133,18 @@ def score_missing(run: Run, cfg: DictConfig, device: torch.device, info: dict) -
           file=sys.stderr)
     evaluate(run, cfg, device, missing)
     return "scored"
+
+
+def scored_points(run: Run) -> set[tuple]:
+    """The keys of the points in a run's eval.json; a damaged eval.json is renamed out of
+    the way (kept, never read again) so that the run can be scored afresh."""
+    try:
+        return {point_key(p) for p in run.read_eval()["curve"]}
+    except PosexpError as e:
+        aside = run.set_aside_eval()
+        print(f"posexp: warning: {e}; kept as {aside.name}, scoring the run again",
+              file=sys.stderr)
+        return set()
 
 
 def requested_points(cfg: DictConfig, val_tokens: int) -> dict[int, tuple]:
@@ -169,6 +175,7 @@ def evaluate(run: Run, cfg: DictConfig, device: torch.device,
             raise PosexpError(f"the {what} has changed since {run.path} was trained "
                               f"(fingerprint {current[:12]}, run has {str(was)[:12]})")
     state = run.load_checkpoint()
+    scored_points(run)  # a damaged eval.json is set aside before the new points are merged
     model = build_model(cfg, corpus.vocab_size)
     try:
         model.load_state_dict(state["model"])
