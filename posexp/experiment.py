@@ -183,8 +183,8 @@ def evaluate(run: Run, cfg: DictConfig, device: torch.device,
         raise PosexpError(f"{run.path / CHECKPOINT} does not match config.yaml: "
                           f"{str(e).splitlines()[0]}") from None
     model.to(device)
-    with signals_interrupt(info.get("steps", 0), "nothing was written to eval.json; run the "
-                           "same command again to score it"):
+    with signals_interrupt(info.get("steps", 0), "during evaluation; nothing was written to "
+                           "eval.json; run the same command again to score it"):
         _, seconds = score(model, corpus, cfg, run, Sink(), device, lengths)
     run.update(last_eval_at=now(), last_eval_seconds=round(seconds, 2))
     print(format_curve(requested_curve(run, cfg, len(corpus.val)), cfg.train.seq_len,
@@ -205,11 +205,11 @@ def evaluate_dir(path: Path, cfg: DictConfig) -> None:
 
 @contextlib.contextmanager
 def signals_interrupt(step: int, advice: str) -> Iterator[None]:
-    """SIGINT/SIGTERM during evaluation stop it at once (nothing half-scored is written):
-    Interrupted with ``advice`` on what to do next."""
+    """SIGINT/SIGTERM stop what runs inside at once (evaluation writes nothing half-scored):
+    Interrupted, with ``advice`` on what to do next."""
 
     def stop(signum: int, frame: object) -> None:
-        raise Interrupted(signum, step, f"during evaluation; {advice}")
+        raise Interrupted(signum, step, advice)
 
     previous = {}
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -293,11 +293,18 @@ def train_and_evaluate(cfg: DictConfig, run: Run, same: bool, device: torch.devi
           file=sys.stderr)
     sink = open_sink(cfg, path, group)
     try:
-        stats = fit(model, corpus, cfg, run, sink, device, progress, state, world)
-        run.update(**stats, weights_sha256=weights_hash(model))
-        with signals_interrupt(stats["steps"], "training is complete and checkpointed; run "
-                               "the same command again to finish the evaluation"):
-            curve, seconds = score(model, corpus, cfg, run, sink, device)
+        # the outer handler covers the moments between the training loop's own (which stops
+        # after a step, checkpointed) and evaluation's: no signal finds the default handler,
+        # which would end the process with run.json still saying running
+        with signals_interrupt(state["step"] if state else 0, "run the same command again "
+                               "to continue"):
+            stats = fit(model, corpus, cfg, run, sink, device, progress, state, world)
+            run.update(**stats, weights_sha256=weights_hash(model))
+            with signals_interrupt(stats["steps"], "during evaluation; training is complete "
+                                   "and checkpointed; run the same command again to finish "
+                                   "the evaluation"):
+                run.update(eval_started_at=now())
+                curve, seconds = score(model, corpus, cfg, run, sink, device)
     except Diverged as e:
         end(run, sink, "diverged", str(e), **e.fields)
         raise

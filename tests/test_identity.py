@@ -1,6 +1,7 @@
 """A run's identity: one directory per identity, nothing a user ran lost or mixed, one
 writer per run, and the scored region that belongs to the run (not to the lengths)."""
 
+import csv
 import json
 import os
 import signal
@@ -76,7 +77,7 @@ def test_batch_in_tokens_gives_equal_steps_at_every_length():
     (["train.batch_size=8"], "not both"),
     (["train.batch_tokens=100"], "train.batch_tokens (100) must be a multiple of train.seq_len"),
     (["train.batch_tokens=null"], "set the batch size"),
-    (["train.lr=nan"], "train.lr must be a finite number in (0, 10], got nan"),
+    (["train.lr=nan"], "train.lr must be a finite number in (0, 1e+06], got nan"),
     (["train.lr=inf"], "train.lr must be a finite number"),
     (["train.grad_clip=nan"], "train.grad_clip must be a finite number"),
     (["encoding.base=nan"], "encoding.base must be a finite number"),
@@ -118,6 +119,12 @@ def test_sweep_gives_each_identity_its_own_directory_and_reruns_train_nothing(po
     assert r.returncode == 0, r.stderr
     assert r.stderr.count("skipped") == 4 and "parameters" not in r.stderr  # nothing trained
     assert {name: files_of(root / name) for name in names} == before
+    # the report draws four series, each labelled by what tells it apart
+    r = posexp("report", "out/sw")
+    assert r.returncode == 0, r.stderr
+    rows = list(csv.DictReader((root / "report/summary.csv").open()))
+    assert {row["series"] for row in rows} == {f"rope L=16 · d_model={d} · lr={lr:g}"
+                                               for d in (32, 64) for lr in (0.001, 0.002)}
 
 
 def test_sweep_plan_that_shares_a_directory_is_refused(posexp, tmp_path):
@@ -216,14 +223,15 @@ def test_sigterm_during_evaluation_then_rerun_finishes_without_training(posexp, 
     run = tmp_path / "out/default/alibi-L16-s0"
     proc = start(cache_dir, tmp_path, *args)
     deadline = time.time() + 120
-    # training is over once run.json holds the weights' hash; evaluation comes next
-    while not (run / "run.json").exists() or "weights_sha256" not in (run / "run.json").read_text():
+    # run.json says when evaluation started
+    info = run / "run.json"
+    while not info.exists() or "eval_started_at" not in info.read_text():
         assert proc.poll() is None and time.time() < deadline
         time.sleep(0.01)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143, err
-    assert err.strip().splitlines()[-1].startswith("posexp: error: stopped by SIGTERM")
+    assert err.strip().splitlines()[-1].startswith("posexp: stopped by SIGTERM")
     info = read_json(run / "run.json")
     assert info["status"] == "interrupted" and "during evaluation" in info["reason"]
     assert not (run / "eval.json").exists()
@@ -233,6 +241,25 @@ def test_sigterm_during_evaluation_then_rerun_finishes_without_training(posexp, 
     after = read_json(run / "run.json")
     assert after["status"] == "completed" and after["weights_sha256"] == info["weights_sha256"]
     assert len(read_json(run / "eval.json")["curve"]) == 8
+
+
+# --- the token cache ----------------------------------------------------------------------
+@pytest.mark.slow
+def test_a_truncated_token_cache_is_named_and_rebuilt(posexp, tmp_path):
+    args = ["train", "encoding=nope", *TINY, f"data.cache_dir={tmp_path / 'cache'}",
+            "results_dir=out"]
+    assert posexp(*args, "experiment=a").returncode == 0
+    [train_bin] = (tmp_path / "cache").glob("stdlib-*/train.bin")
+    size = train_bin.stat().st_size
+    with train_bin.open("r+b") as f:
+        f.truncate(20_000)
+    r = posexp(*args, "experiment=b")
+    assert r.returncode == 0, r.stderr
+    assert f"token cache {train_bin.parent}: train.bin has 20000 bytes, meta.json records " \
+        f"{size}; rebuilding it" in r.stderr
+    assert train_bin.stat().st_size == size
+    a, b = (read_json(tmp_path / f"out/{e}/nope-L16-s0/run.json") for e in "ab")
+    assert a["corpus"] == b["corpus"] and a["weights_sha256"] == b["weights_sha256"]
 
 
 # --- small pieces -------------------------------------------------------------------------

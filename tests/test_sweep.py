@@ -25,6 +25,9 @@ def test_sweep_basic_launcher_then_resume_then_report(posexp, tmp_path):
     rows = list(csv.DictReader((root / "summary.csv").open()))
     assert len(rows) == 4 * 2 and {row["encoding"] for row in rows} == {"alibi", "rope"}
     assert "perplexity (nonoverlapping" in r.stdout and "alibi" in r.stdout
+    # batches in tokens: runs at L=16 and L=32 take the same optimizer steps on the same tokens
+    assert {read_json(root / n / "run.json")["steps"] for n in RUNS} == {8192 // 128}
+    assert {read_json(root / n / "run.json")["batch_size"] for n in RUNS} == {8, 4}
 
     # a finished sweep re-runs no training
     stamps = {n: (root / n / "checkpoint.pt").stat().st_mtime_ns for n in RUNS}
@@ -172,6 +175,30 @@ def test_reproduce_prints_verdicts(posexp, tmp_path):
     r = posexp("reproduce", "--preset", str(preset), "--results-dir", "out")
     assert r.returncode == 0 and r.stderr.count("skipped") == 12  # both modes of 6 runs
     assert "parameters" not in r.stderr  # nothing trained
+
+
+@pytest.mark.slow
+def test_reproduce_finishes_every_run_and_fails_at_the_end(posexp, tmp_path):
+    preset = tmp_path / "broken.yaml"
+    overrides = [a for a in TINY if not a.startswith(("train.seq_len", "eval.lengths"))]
+    preset.write_text(json.dumps({
+        "experiment": "claims", "train_seq_len": 16,
+        "overrides": ["train.seq_len=16", *overrides],
+        "runs": [["encoding=sinusoidal", "data=text", f"data.path={tmp_path}/missing.txt"],
+                 ["encoding=alibi"]],
+        "thresholds": {"sinusoidal_blowup_at": 4, "sinusoidal_blowup": 2.0,
+                       "alibi_flat_at": [2, 4, 16], "alibi_flat": 1.05, "nope_margin": 0.1},
+    }))
+    r = posexp("reproduce", "--preset", str(preset), "--results-dir", "out")
+    assert r.returncode == 1
+    assert "posexp reproduce: claims/sinusoidal-L16-s0: failed: data.path" in r.stderr
+    assert r.stderr.strip().splitlines()[-1] == (
+        "posexp: error: 1 of 2 runs failed; their claims are not measured")
+    out = tmp_path / "out" / "claims"
+    assert read_json(out / "alibi-L16-s0/run.json")["status"] == "completed"  # it went on
+    verdicts = {v["claim"][:2]: v["holds"] for v in read_json(out / "report/verdicts.json")[
+        "verdicts"]}
+    assert verdicts["1."] is None and verdicts["5."] is None  # sinusoidal's claims
 
 
 def test_reproduce_unknown_preset(posexp):
