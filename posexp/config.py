@@ -8,9 +8,16 @@ divide the model width, ...); it runs before anything touches the disk.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import errno
+import functools
 import importlib.util
 import math
+import os
 import re
+import stat
+import typing
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -19,11 +26,8 @@ from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 
 from posexp.errors import UsageError
 
-
-class Device(str, Enum):
-    auto = "auto"
-    cpu = "cpu"
-    cuda = "cuda"
+# auto (CUDA when present, else the CPU), cpu, cuda (the current GPU), cuda:N, mps (Apple)
+DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d{1,4})?")
 
 
 class Attention(str, Enum):
@@ -151,7 +155,7 @@ class Config:
     eval: EvalConfig = MISSING
     logger: LoggerConfig = MISSING
     seed: int = 0
-    device: Device = Device.auto
+    device: str = "auto"  # auto | cpu | cuda | cuda:N | mps (DEVICE)
     attention: Attention = Attention.auto
     results_dir: str = "results"
     experiment: str = "default"
@@ -232,15 +236,89 @@ def identity_diff(a: dict, b: dict) -> list[str]:
             if a.get(k) != b.get(k)]
 
 
-def _positive(name: str, value: object) -> None:
+# --- the schema's keys -------------------------------------------------------------------
+GROUPS = ("model", "encoding", "data", "train", "eval", "logger")
+
+
+@functools.cache
+def schema_keys(node: str = "") -> dict[str, object]:
+    """{key: type} of the schema node ``node`` ("" for the top level, "train", ...)."""
+    schema = Config if not node else typing.get_type_hints(Config)[node]
+    hints = typing.get_type_hints(schema)
+    return {f.name: hints[f.name] for f in dataclasses.fields(schema)}
+
+
+def unknown_key(key: str) -> str | None:
+    """Why ``key`` (dotted) is not a key of posexp's schema, with the closest key; None if it
+    is one.  A config group's name (``encoding``) is a key too."""
+    parts = key.split(".")
+    node = ""
+    for depth, part in enumerate(parts):
+        keys = schema_keys(node)
+        if part not in keys:
+            where = f"{node} has no key" if node else "posexp's config has no key"
+            close = difflib.get_close_matches(part, keys, n=1, cutoff=0.6)
+            hint = (f"did you mean '{close[0]}'?" if close
+                    else f"its keys: {', '.join(keys)}")
+            return f"{where} {part!r}; {hint}"
+        if not node and part in GROUPS:
+            node = part
+            continue
+        rest = parts[depth + 1:]
+        if not rest or (len(rest) == 1 and rest[0].isdigit() and "list" in str(keys[part])):
+            return None  # a value, or an item of a list (eval.lengths.0)
+        name = f"{node}.{part}" if node else part
+        return f"{name} is a single value, not a group of keys (got {key!r})"
+    return None
+
+
+def check_keys(cfg: DictConfig) -> None:
+    """Every key of a composed config is one of the schema's: ``+key=value`` and config files
+    cannot add keys that posexp would silently ignore."""
+    for key in cfg:
+        if key == "hydra":
+            continue
+        problem = unknown_key(str(key))
+        if problem:
+            raise UsageError(problem)
+        if key in GROUPS and not OmegaConf.is_missing(cfg, key) \
+                and isinstance(cfg[key], DictConfig):
+            for sub in cfg[key]:
+                problem = unknown_key(f"{key}.{sub}")
+                if problem:
+                    raise UsageError(problem)
+
+
+# --- values -------------------------------------------------------------------------------
+# Bounds of the values that size memory or time; far above any sensible run, and small
+# enough that nothing downstream overflows an int64 or allocates without end.
+MAX_SEED = 2**63 - 1
+MAX_TOKENS = 2**50  # train.tokens and the other budgets in tokens
+MAX_LENGTH = 2**30  # train.seq_len, each of eval.lengths, eval.stride
+MAX_EVAL_TOKENS = 2**40
+MAX_BATCH_TOKENS = 2**26  # tokens in one training or evaluation batch
+MAX_BUCKETS = 2**16  # eval.per_position_buckets
+MAX_VOCAB = 2**18  # data.vocab_size (the largest vocabularies in use are about 256k)
+MAX_PARAMS = 10**10  # the model, counted from its shape
+LOGGERS = ("local", "wandb")  # posexp/sinks.py
+
+
+def _positive(name: str, value: object, high: int | None = None) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise UsageError(f"{name} must be a positive integer, got {value!r}")
+    if high is not None and value > high:
+        raise UsageError(f"{name} must be at most {high:,} ({_power(high)}), got {value:,}")
+
+
+def _power(n: int) -> str:
+    return f"2**{n.bit_length() - 1}" if n & (n - 1) == 0 else f"{n:.0e}".replace("e+", "e")
 
 
 def _in_range(name: str, value: float, low: float, high: float, *, low_open: bool = False,
               high_open: bool = False) -> None:
     """A finite value within [low, high] (an open end excludes its bound)."""
-    ok = (math.isfinite(value) and (value > low if low_open else value >= low)
+    ok = (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+          and (value > low if low_open else value >= low)
           and (value < high if high_open else value <= high))
     if not ok:
         interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
@@ -252,25 +330,121 @@ PLAIN_NAME = re.compile(r"[\w.,=+-]+")
 
 def check_name(key: str, value: str | None) -> None:
     """run_name and experiment are one directory each, inside results_dir."""
-    if (not value or not PLAIN_NAME.fullmatch(value) or value.startswith(".")
-            or len(value.encode()) > 200):
+    if (not isinstance(value, str) or not value or not PLAIN_NAME.fullmatch(value)
+            or value.startswith(".") or len(value.encode()) > 200):
+        shown = value if not isinstance(value, str) or len(value) <= 60 else value[:60] + "..."
         raise UsageError(f"{key} must be a plain directory name (letters, digits, . _ - , = +; "
-                         f"not starting with '.'; at most 200 bytes), got {value!r}")
+                         f"not starting with '.'; at most 200 bytes), got {shown!r}")
+
+
+def check_path(key: str, value: str) -> None:
+    """``value`` names an existing regular file or directory (not a FIFO, a device, a
+    dangling link or a loop of links): what a corpus or tokenizer file can be."""
+    path = os.path.expanduser(value)
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise UsageError(f"{key} {value!r} is a loop of symbolic links") from None
+        if e.errno in (errno.ENOENT, errno.ENOTDIR):
+            what = "is a broken symbolic link" if os.path.islink(path) else "does not exist"
+            raise UsageError(f"{key} {value!r} {what}") from None
+        raise UsageError(f"{key}: cannot read {value!r}: {e.strerror}") from None
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise UsageError(f"{key} {value!r} is not a regular file or directory")
+
+
+def check_set(cfg: DictConfig) -> None:
+    """Every value is set (none is ???), found without resolving an interpolation."""
+    missing = []
+
+    def walk(node: DictConfig, prefix: str) -> None:
+        for k in node:
+            if OmegaConf.is_missing(node, k):
+                missing.append(f"{prefix}{k}")
+            elif isinstance(node._get_node(k), DictConfig):
+                walk(node._get_node(k), f"{prefix}{k}.")
+
+    walk(cfg, "")
+    if missing:
+        raise UsageError(f"{', '.join(missing)} must be set (e.g. {missing[0]}=...)")
 
 
 def check(cfg: DictConfig) -> None:
-    """Reject configs that compose but cannot run, with one line naming the key."""
+    """Reject configs that compose but cannot run, with one line naming the key.  Every
+    value is checked -- types by the schema, ranges, bounds on what sizes memory or time,
+    names in their registries -- before anything is written."""
+    check_set(cfg)
+    check_keys(cfg)
     check_name("experiment", cfg.experiment)
     check_name("run_name", cfg.run_name)
-    missing = sorted(OmegaConf.missing_keys(cfg))
-    if missing:
-        raise UsageError(f"{', '.join(missing)} must be set (e.g. {missing[0]}=...)")
+    if not cfg.results_dir:
+        raise UsageError("results_dir must not be empty (results_dir=. for this directory)")
+    long = [part for part in str(cfg.results_dir).split("/") if len(part.encode()) > 255]
+    if long or len(os.path.abspath(os.path.expanduser(cfg.results_dir)).encode()) > 3800:
+        raise UsageError("results_dir is too long for a path (a part over 255 bytes, or over "
+                         f"3800 bytes in all): {str(cfg.results_dir)[:60]}...")
+    if isinstance(cfg.seed, bool) or not isinstance(cfg.seed, int) or not (
+            0 <= cfg.seed <= MAX_SEED):
+        raise UsageError(f"seed must be an integer in [0, 2**63 - 1], got {cfg.seed}")
+    check_device_name(cfg.device)
+    if cfg.logger.name not in LOGGERS:
+        raise UsageError(f"logger.name must be one of {', '.join(LOGGERS)}, got "
+                         f"{cfg.logger.name!r} (logger=wandb chooses W&B)")
+    _in_range("logger.init_timeout", cfg.logger.init_timeout, 0.0, 3600.0, low_open=True)
     check_data(cfg.data)
+    check_encoding(cfg)
+    check_model(cfg)
+    check_attention(cfg)
+    check_train(cfg.train)
+    check_eval(cfg)
+
+
+def check_device_name(device: str) -> None:
+    if not isinstance(device, str) or not DEVICE.fullmatch(device):
+        raise UsageError(f"device must be auto, cpu, cuda, cuda:N (a GPU's index) or mps, "
+                         f"got {device!r}")
+
+
+def check_device(device: str, cuda_count: int, mps: bool) -> None:
+    """``device`` exists on a machine with ``cuda_count`` CUDA GPUs (and Apple's MPS)."""
+    check_device_name(device)
+    if device.startswith("cuda"):
+        gpus = (f"{cuda_count} CUDA GPU{'s' if cuda_count > 1 else ''} ("
+                + (", ".join(f"cuda:{i}" for i in range(cuda_count)) if cuda_count < 5 else
+                   f"cuda:0 ... cuda:{cuda_count - 1}") + ")")
+        if not cuda_count:
+            raise UsageError(f"device={device} but torch sees no CUDA GPU; use device=auto or "
+                             "device=cpu")
+        index = int(device.partition(":")[2] or 0)
+        if index >= cuda_count:
+            raise UsageError(f"device={device} but torch sees {gpus}; use one of them, "
+                             "device=auto or device=cpu")
+    if device == "mps" and not mps:
+        raise UsageError("device=mps but torch has no MPS device here (Apple silicon only); "
+                         "use device=auto or device=cpu")
+
+
+def check_encoding(cfg: DictConfig) -> None:
+    from posexp.encodings import ENCODINGS  # the registry: every name a model can be built of
+
+    name = cfg.encoding.name
+    if name not in ENCODINGS:
+        raise UsageError(f"encoding.name {name!r} is not an encoding posexp has; known: "
+                         f"{', '.join(sorted(ENCODINGS))} (a config file under --config-dir "
+                         "can vary their settings, not add new math)")
+    if cfg.encoding.max_positions is not None:
+        _positive("encoding.max_positions", cfg.encoding.max_positions, MAX_LENGTH)
+    _in_range("encoding.base", cfg.encoding.base, 1.0, 1e12, low_open=True)
+
+
+def check_model(cfg: DictConfig) -> None:
     m = cfg.model
-    for key in ("d_model", "n_layer", "n_head"):
-        _positive(f"model.{key}", m[key])
+    _positive("model.d_model", m.d_model, 2**16)
+    _positive("model.n_layer", m.n_layer, 2**10)
+    _positive("model.n_head", m.n_head, 2**12)
     if m.d_ff is not None:
-        _positive("model.d_ff", m.d_ff)
+        _positive("model.d_ff", m.d_ff, 2**18)
     if m.d_model % m.n_head:
         raise UsageError(
             f"model.d_model ({m.d_model}) must be divisible by model.n_head ({m.n_head})"
@@ -280,35 +454,47 @@ def check(cfg: DictConfig) -> None:
         raise UsageError(
             f"rope needs an even head dimension; d_model/n_head = {m.d_model // m.n_head}"
         )
-    check_attention(cfg)
-    if cfg.encoding.max_positions is not None:
-        _positive("encoding.max_positions", cfg.encoding.max_positions)
-    _in_range("encoding.base", cfg.encoding.base, 1.0, 1e12, low_open=True)
-    check_train(cfg.train)
-    check_eval(cfg)
+    # parameters counted from the shape: attention 4 d^2, MLP 2 d d_ff, embeddings, table
+    d, d_ff = m.d_model, m.d_ff or 4 * m.d_model
+    vocab = cfg.data.vocab_size if TokenizerKind(cfg.data.tokenizer) != TokenizerKind.byte \
+        else 256
+    table = (cfg.encoding.max_positions or cfg.train.seq_len) if cfg.encoding.name == "learned" \
+        else 0
+    params = m.n_layer * (4 * d * d + 2 * d * d_ff) + (2 * vocab + table) * d
+    if params > MAX_PARAMS:
+        raise UsageError(f"this model would have about {params:.2g} parameters, more than "
+                         f"posexp trains ({MAX_PARAMS:.0e}); lower model.d_model, model.n_layer "
+                         "or model.d_ff")
 
 
 def check_train(t: DictConfig) -> None:
-    for key in ("seq_len", "tokens", "log_every", "val_every_tokens", "val_tokens",
-                "checkpoint_every"):
-        _positive(f"train.{key}", t[key])
+    _positive("train.seq_len", t.seq_len, MAX_LENGTH)
+    for key in ("tokens", "val_every_tokens", "checkpoint_every", "log_every"):
+        _positive(f"train.{key}", t[key], MAX_TOKENS)
+    _positive("train.val_tokens", t.val_tokens, MAX_EVAL_TOKENS)
     if (t.batch_tokens is None) == (t.batch_size is None):
         raise UsageError("set the batch either in tokens (train.batch_tokens) or in sequences "
                          "(train.batch_size), not both: add train.batch_tokens=null to "
                          "size it in sequences" if t.batch_size is not None else
                          "set the batch size: train.batch_tokens=N or train.batch_size=N")
     if t.batch_tokens is not None:
-        _positive("train.batch_tokens", t.batch_tokens)
+        _positive("train.batch_tokens", t.batch_tokens, MAX_BATCH_TOKENS)
         if t.batch_tokens % t.seq_len:
             raise UsageError(f"train.batch_tokens ({t.batch_tokens}) must be a multiple of "
                              f"train.seq_len ({t.seq_len}): it holds whole sequences")
         batch = t.batch_tokens // t.seq_len
     else:
-        _positive("train.batch_size", t.batch_size)
+        _positive("train.batch_size", t.batch_size, MAX_BATCH_TOKENS)
         batch = t.batch_size
-    if t.warmup_tokens < 0:
-        raise UsageError(f"train.warmup_tokens must be >= 0, got {t.warmup_tokens}")
-    _in_range("train.lr", t.lr, 0.0, 10.0, low_open=True)
+        if batch * t.seq_len > MAX_BATCH_TOKENS:
+            raise UsageError(f"train.batch_size x train.seq_len ({batch * t.seq_len:,} tokens "
+                             f"a step) must be at most {MAX_BATCH_TOKENS:,} "
+                             f"({_power(MAX_BATCH_TOKENS)})")
+    if isinstance(t.warmup_tokens, bool) or not isinstance(t.warmup_tokens, int) or not (
+            0 <= t.warmup_tokens <= MAX_TOKENS):
+        raise UsageError(f"train.warmup_tokens must be an integer in [0, {_power(MAX_TOKENS)}], "
+                         f"got {t.warmup_tokens}")
+    _in_range("train.lr", t.lr, 0.0, 1e6, low_open=True)
     _in_range("train.min_lr_ratio", t.min_lr_ratio, 0.0, 1.0)
     _in_range("train.weight_decay", t.weight_decay, 0.0, 10.0)
     _in_range("train.beta1", t.beta1, 0.0, 1.0, high_open=True)
@@ -346,7 +532,7 @@ def data_source(d: DictConfig) -> DataSource:
 
 
 def check_data(d: DictConfig) -> None:
-    if not re.fullmatch(r"[\w.-]+", d.name):
+    if not re.fullmatch(r"[\w.-]+", d.name or "") or d.name.startswith("."):
         raise UsageError(f"data.name must be a plain name (letters, digits, . _ -), got {d.name!r}")
     source = data_source(d)
     if source == DataSource.text:
@@ -356,19 +542,53 @@ def check_data(d: DictConfig) -> None:
         if d.path and (d.train_path or d.val_path):
             raise UsageError("data.path and data.train_path/data.val_path exclude each other; "
                              "set one or the other")
+        if not d.glob or os.path.isabs(d.glob) or ".." in d.glob.split("/"):
+            raise UsageError("data.glob must be a pattern relative to data.path (e.g. "
+                             f"'**/*.txt'), got {d.glob!r}")
     if source == DataSource.enwik8 and not d.path:
         raise UsageError(f"data={d.name} needs data.path=ENWIK8_FILE (unzipped from "
                          "http://mattmahoney.net/dc/enwik8.zip)")
-    if source == DataSource.hub and not d.hf_name:
-        raise UsageError(f"data={d.name} needs data.hf_name=DATASET (a Hugging Face Hub id)")
-    if not 0.0 < d.val_fraction < 1.0:
-        raise UsageError(f"data.val_fraction must be in (0, 1), got {d.val_fraction}")
+    if source == DataSource.hub:
+        if not d.hf_name:
+            raise UsageError(f"data={d.name} needs data.hf_name=DATASET (a Hugging Face Hub id)")
+        for key in ("train_split", "val_split", "text_column"):
+            if not d[key]:
+                raise UsageError(f"data.{key} must not be empty")
+    # a file or dataset that this source would not read: set by mistake, silently ignored
+    reads = {DataSource.text: ("path", "train_path", "val_path"), DataSource.enwik8: ("path",),
+             DataSource.hub: ("hf_name", "hf_config")}.get(source, ())
+    for key in ("path", "train_path", "val_path", "hf_name", "hf_config"):
+        if d[key] and key not in reads:
+            raise UsageError(f"data.{key} is set, but data={d.name} does not read it (data=text "
+                             "reads data.path, data=hf data.hf_name)")
+    _in_range("data.val_fraction", d.val_fraction, 0.0, 1.0, low_open=True, high_open=True)
     tokenizer = TokenizerKind(d.tokenizer)
+    _positive("data.vocab_size", d.vocab_size, MAX_VOCAB)
     if tokenizer == TokenizerKind.bpe and d.vocab_size <= 256:
         raise UsageError(f"data.vocab_size must be above 256 (the byte alphabet) for "
                          f"data.tokenizer=bpe, got {d.vocab_size}")
     if tokenizer == TokenizerKind.file and not d.tokenizer_path:
         raise UsageError("data.tokenizer=file needs data.tokenizer_path=TOKENIZER_JSON")
+    if tokenizer != TokenizerKind.file and d.tokenizer_path:
+        raise UsageError(f"data.tokenizer_path is set, but data.tokenizer={tokenizer.value} "
+                         "does not read it (add data.tokenizer=file)")
+
+
+def check_paths(d: DictConfig) -> None:
+    """The files ``d`` (the data group) names exist and are regular files or directories.
+    posexp train checks them before it starts; in a sweep each job meets them when it loads
+    its corpus (data/text.py), so one job's missing file fails that job only."""
+    source = data_source(d)
+    keys = (("path", "train_path", "val_path") if source == DataSource.text
+            else ("path",) if source == DataSource.enwik8 else ())
+    for key in keys:
+        if d[key]:
+            check_path(f"data.{key}", d[key])
+    if TokenizerKind(d.tokenizer) == TokenizerKind.file and d.tokenizer_path:
+        check_path("data.tokenizer_path", d.tokenizer_path)
+        if os.path.isdir(os.path.expanduser(d.tokenizer_path)):
+            raise UsageError(f"data.tokenizer_path {d.tokenizer_path!r} is a directory; it "
+                             "names a tokenizer.json file")
 
 
 def check_eval(cfg: DictConfig) -> None:
@@ -377,15 +597,21 @@ def check_eval(cfg: DictConfig) -> None:
     if not lengths:
         raise UsageError("eval.lengths is empty")
     for length in lengths:
-        _positive("each of eval.lengths", length)
-    for key in ("tokens", "batch_tokens", "per_position_buckets"):
-        _positive(f"eval.{key}", e[key])
+        _positive("each of eval.lengths", length, MAX_LENGTH)
+    twice = sorted({L for L in lengths if lengths.count(L) > 1})
+    if twice:
+        raise UsageError(f"eval.lengths lists {', '.join(map(str, twice))} more than once; "
+                         "list each length once")
+    _positive("eval.tokens", e.tokens, MAX_EVAL_TOKENS)
+    _positive("eval.batch_tokens", e.batch_tokens, MAX_BATCH_TOKENS)
+    _positive("eval.per_position_buckets", e.per_position_buckets, MAX_BUCKETS)
+    mode = EvalMode(e.mode)
     if e.stride is not None:
-        _positive("eval.stride", e.stride)
-        if e.mode == EvalMode.sliding and e.stride >= min(lengths):
+        _positive("eval.stride", e.stride, MAX_LENGTH)
+        if mode == EvalMode.sliding and e.stride >= min(lengths):
             raise UsageError(
                 f"eval.stride ({e.stride}) must be smaller than every window; "
                 f"the shortest of eval.lengths is {min(lengths)}"
             )
-    if e.mode == EvalMode.sliding and e.stride is None and min(lengths) < 2:
+    if mode == EvalMode.sliding and e.stride is None and min(lengths) < 2:
         raise UsageError("sliding evaluation needs windows of at least 2 tokens")

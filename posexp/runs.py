@@ -55,6 +55,10 @@ def point_key(p: dict) -> tuple:
     return (p["mode"], p["length"], p["stride"], p["first_token"], p["tokens"])
 
 
+def shorten(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
@@ -204,7 +208,7 @@ class Run:
                               "another run_name= or experiment=") from None
         try:
             atomic_write_json(holder, {"pid": os.getpid(), "host": platform.node(),
-                                       "command": " ".join(["posexp", *sys.argv[1:]])[:300],
+                                       "command": shorten(" ".join(["posexp", *sys.argv[1:]]), 100),
                                        "since": now()})
             yield
         finally:
@@ -340,7 +344,16 @@ class Run:
     def load_checkpoint(self) -> dict:
         path = self.path / CHECKPOINT
         try:
-            return torch.load(path, map_location="cpu", weights_only=True)
+            with path.open("rb") as fh:
+                magic = fh.read(4)
+        except OSError as e:
+            raise PosexpError(f"cannot load {path}: {e.strerror}") from None
+        if magic != b"PK\x03\x04":  # torch.save writes a zip archive; torch's own error
+            # for anything else advises weights_only=False, which posexp never does
+            raise PosexpError(f"cannot load {path}: it is not a torch checkpoint (empty, "
+                              "zeroed, cut short or another kind of file)")
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
         except pickle.UnpicklingError:
             raise PosexpError(f"refusing to load {path}: it holds pickled objects other than "
                               "tensors and plain data (posexp loads with weights_only=True)"
@@ -348,6 +361,9 @@ class Run:
         except Exception as e:  # torch raises many types for a damaged or foreign file
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise PosexpError(f"cannot load {path}: {first}") from None
+        if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
+            raise PosexpError(f"cannot load {path}: it holds no model weights")
+        return state
 
 
 # --- reading runs back ----------------------------------------------------------------------

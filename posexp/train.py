@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 from posexp import config as C
 from posexp.data import Corpus
 from posexp.distributed import World, mean
-from posexp.errors import PosexpError, UsageError
+from posexp.errors import PosexpError, Stopped, UsageError
 from posexp.evaluate import autocast, score_windows
 from posexp.model import GPT, GPTConfig
 from posexp.runs import Run
@@ -35,7 +35,7 @@ class Diverged(PosexpError):
                        "last_finite_loss": last_finite if math.isfinite(last_finite) else None}
 
 
-class Interrupted(PosexpError):
+class Interrupted(Stopped):
     def __init__(self, signum: int, step: int,
                  detail: str = "checkpoint saved, run the same command again to resume") -> None:
         name = signal.Signals(signum).name
@@ -44,19 +44,26 @@ class Interrupted(PosexpError):
 
 
 def pick_device(cfg: DictConfig, training: bool = True) -> torch.device:
-    """The device to run on; on CUDA this also allows TF32 (allow_tf32)."""
-    requested = C.Device(cfg.device).value
-    if requested == "cuda" and not torch.cuda.is_available():
-        raise UsageError("device=cuda but torch sees no CUDA GPU; use device=auto or device=cpu")
+    """The device to run on (device=auto|cpu|cuda|cuda:N|mps, checked against what torch
+    sees); on CUDA this also allows TF32 (allow_tf32)."""
+    requested = str(cfg.device)
+    mps = getattr(torch.backends, "mps", None)
+    C.check_device(requested, torch.cuda.device_count() if torch.cuda.is_available() else 0,
+                   bool(mps and mps.is_available()))
     if requested == "auto":
         requested = "cuda" if torch.cuda.is_available() else "cpu"
-    if requested == "cpu" and C.Attention(cfg.attention) == C.Attention.flash:
-        raise UsageError("attention=flash runs on CUDA only, and this run is on the CPU; "
+    where = "the CPU" if requested == "cpu" else requested
+    if not requested.startswith("cuda") and C.Attention(cfg.attention) == C.Attention.flash:
+        raise UsageError(f"attention=flash runs on CUDA only, and this run is on {where}; "
                          "use attention=auto")
-    if requested == "cpu" and training and C.Attention(cfg.attention) == C.Attention.flex:
-        raise UsageError("attention=flex cannot train on the CPU (FlexAttention has no CPU "
-                         "backward); use attention=auto, or flex in posexp eval")
+    if not requested.startswith("cuda") and training \
+            and C.Attention(cfg.attention) == C.Attention.flex:
+        raise UsageError(f"attention=flex cannot train on {where} (FlexAttention has no "
+                         f"{'CPU' if requested == 'cpu' else 'MPS'} backward); use "
+                         "attention=auto, or flex in posexp eval")
     device = torch.device(requested)
+    if device.type == "cuda" and device.index is not None:
+        torch.cuda.set_device(device)  # device=cuda:N: kernels that use the current GPU too
     allow_tf32(device)
     return device
 

@@ -101,7 +101,7 @@ USAGE_ERRORS = [
     (["train.seq_len=12.5"], "seq_len"),
     (["train.tokens=-5"], "train.tokens must be a positive integer"),
     (["train.batch_tokens=0"], "train.batch_tokens must be a positive integer"),
-    (["train.lr=0"], "train.lr must be a finite number in (0, 10], got 0.0"),
+    (["train.lr=0"], "train.lr must be a finite number in (0, 1e+06], got 0.0"),
     (["model.d_model=100", "model.n_head=3"], "divisible by model.n_head"),
     (["encoding=rope", "model.d_model=36", "model.n_head=4"], "even head dimension"),
     (["eval.lengths=[64,-128]"], "each of eval.lengths must be a positive integer"),

@@ -75,7 +75,7 @@ DATA_ERRORS = [
     (["data.tokenizer=bpe", "data.vocab_size=200"], "data.vocab_size must be above 256"),
     (["data.tokenizer=wordpiece"], "tokenizer"),
     (["data.tokenizer=file"], "data.tokenizer=file needs data.tokenizer_path"),
-    (["data.tokenizer=file", "data.tokenizer_path=/nonexistent.json"], "cannot read"),
+    (["data.tokenizer=file", "data.tokenizer_path=/nonexistent.json"], "does not exist"),
     (["data=enwik8"], "data=enwik8 needs data.path"),
     (["data=hf"], "data=hf needs data.hf_name"),
     (["data=text", "data.train_path=a"], "both data.train_path and data.val_path"),

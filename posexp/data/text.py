@@ -14,6 +14,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from posexp.config import check_path
 from posexp.data.source import Document, Source, cut_blocks, file_source, read_range
 from posexp.errors import UsageError
 
@@ -24,9 +25,8 @@ ENWIK8_VAL = 5_000_000
 
 
 def text_files(path: str, glob: str, key: str = "data.path") -> list[Path]:
+    check_path(key, path)  # a FIFO, a device or a loop of links is named as such
     root = Path(path).expanduser()
-    if not root.exists():
-        raise UsageError(f"{key} {path!r} does not exist")
     files = [root] if root.is_file() else sorted(p for p in root.glob(glob) if p.is_file())
     if not files:
         raise UsageError(f"{key} {path!r} holds no files matching data.glob={glob!r}")

@@ -91,6 +91,10 @@ def train_bpe(texts: Iterable[str], vocab_size: int) -> str:
 
 def tokenizer_file(path: str) -> JsonTokenizer:
     file = Path(path).expanduser()
+    if file.exists() and not file.is_file():  # a FIFO or /dev/zero would be read forever
+        raise UsageError(f"data.tokenizer_path {path!r} is not a regular file")
+    if not file.exists():
+        raise UsageError(f"data.tokenizer_path {path!r} does not exist")
     try:
         definition = file.read_text()
         return JsonTokenizer("file", definition)

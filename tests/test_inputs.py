@@ -1,0 +1,587 @@
+"""Every input answered: one line and an exit code for each bad input, never a traceback; no
+code run from a config or a flag; a help that stands alone.
+
+Most cases run in this process through ``cli.main`` -- the same function the ``posexp``
+script calls, so the exit code and stderr are what a user sees -- with Hydra's entry point
+replaced by a guard: every case here must end before anything would run.  A few things only a
+real process shows (the script's help, a refused code path leaving no trace on disk) run as
+subprocesses.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pickle
+import typing
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from omegaconf import OmegaConf
+
+from posexp import cli
+from posexp import config as C
+from posexp.errors import UsageError
+from posexp.runs import Run
+from tests.conftest import TINY, read_json
+from tests.test_data import write_words
+
+UNSET = "POSEXP_TEST_UNSET_VARIABLE"
+CUDA_GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+# --- the files the bad inputs point at ------------------------------------------------------
+def fake_run(path: Path, config: str, checkpoint: bytes | dict | None) -> None:
+    """A run directory as posexp eval finds it, without training: config.yaml, run.json
+    (completed) and checkpoint.pt as given."""
+    path.mkdir(parents=True)
+    (path / "config.yaml").write_text(config)
+    (path / "run.json").write_text(json.dumps({"status": "completed", "steps": 1}))
+    if isinstance(checkpoint, bytes):
+        (path / "checkpoint.pt").write_bytes(checkpoint)
+    elif checkpoint is not None:
+        torch.save(checkpoint, path / "checkpoint.pt")
+
+
+def make_inputs(d: Path) -> None:
+    write_words(d / "corpus.txt", 60_000)
+    os.mkfifo(d / "fifo")
+    (d / "loop").symlink_to(d / "loop")
+    (d / "dangling").symlink_to(d / "nowhere")
+    (d / "empty_dir").mkdir()
+    config_dirs = {
+        "cd_target/encoding/pwn.yaml": "defaults:\n  - encoding_schema\nname: rope\n"
+                                       "_target_: os.system\n",
+        "cd_callbacks/hydra/callbacks/pwn.yaml": "x:\n  _target_: os.makedirs\n  name: pwned\n",
+        "cd_logging/hydra/job_logging/pwn.yaml": "version: 1\nhandlers:\n  x:\n    class: "
+                                                 "os.system\n    command: touch pwned\n",
+        "cd_newenc/encoding/xpos.yaml": "defaults:\n  - encoding_schema\nname: xpos\n",
+        "cd_extra/encoding/extra.yaml": "defaults:\n  - encoding_schema\nname: rope\nfoo: 1\n",
+        "cd_broken/encoding/broken.yaml": "name: [\n",
+        "cd_primary/mine.yaml": "defaults:\n  - config\n  - _self_\nseed: 7\n",
+    }
+    for name, text in config_dirs.items():
+        (d / name).parent.mkdir(parents=True, exist_ok=True)
+        (d / name).write_text(text)
+    preset = yaml.safe_load((Path(cli.CONFIG_DIR) / "reproduce" / "cpu.yaml").read_text())
+    (d / "broken.yaml").write_text("runs: [\n  - [encoding=rope\n")
+    (d / "nokey.yaml").write_text(yaml.safe_dump({k: v for k, v in preset.items()
+                                                  if k != "thresholds"}))
+    (d / "flatruns.yaml").write_text(yaml.safe_dump({**preset, "runs": ["encoding=rope"]}))
+    (d / "target.yaml").write_text(yaml.safe_dump(
+        {**preset, "overrides": ["+hydra.callbacks.x._target_=os.makedirs"]}))
+    # runs: a config that evaluates on the small corpus, and damaged variants
+    C.register()
+    cfg = C.resolve(cli.compose([*TINY, "data=text", f"data.path={d / 'corpus.txt'}"]))
+    config = OmegaConf.to_yaml(cfg)
+    from posexp.train import build_model
+
+    weights = {"model": build_model(cfg, 256).state_dict()}
+    runs = d / "runs" / "e"
+    fake_run(runs / "good", config, weights)
+    fake_run(runs / "zeroed", config, b"\0" * 4096)
+    fake_run(runs / "nomodel", config, {"step": 1, "optimizer": {}})
+    fake_run(runs / "badyaml", "model: [\n", weights)
+    fake_run(runs / "notmapping", "- 1\n", weights)
+    fake_run(runs / "wrongkeys", config.replace("seq_len:", "seqlen:"), weights)
+    (d / "notarun").mkdir()
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory, cache_dir) -> Path:
+    d = tmp_path_factory.mktemp("inputs")
+    old = os.environ.get("POSEXP_CACHE")
+    os.environ["POSEXP_CACHE"] = str(cache_dir)
+    try:
+        make_inputs(d)
+    finally:
+        if old is None:
+            os.environ.pop("POSEXP_CACHE")
+        else:
+            os.environ["POSEXP_CACHE"] = old
+    return d
+
+
+def no_hydra(*args, **kwargs):
+    raise AssertionError("reached Hydra's entry point: this input would have run")
+
+
+@pytest.fixture
+def run_cli(monkeypatch, capsys, cache_dir, tmp_path):
+    """cli.main(args) in this process, from an empty directory: (exit code, stdout, stderr)."""
+    monkeypatch.setattr(cli, "hydra_main", no_hydra)
+    monkeypatch.setenv("POSEXP_CACHE", str(cache_dir))
+    monkeypatch.delenv("POSEXP_DEBUG", raising=False)
+    monkeypatch.delenv(UNSET, raising=False)
+    monkeypatch.chdir(tmp_path)
+
+    def run(*args: str) -> tuple[int, str, str]:
+        with pytest.raises(SystemExit) as done:
+            cli.main(list(args))
+        out, err = capsys.readouterr()
+        return done.value.code, out, err
+
+    return run
+
+
+def device_words(device: str) -> list[str]:
+    if CUDA_GPUS == 0:
+        return [f"device={device} but torch sees no CUDA GPU"]
+    return [f"device={device} but torch sees {CUDA_GPUS} CUDA GPU"]
+
+
+# --- every bad input: (command line, exit code, words of the one line) ------------------------
+# {d} is the directory of make_inputs; {run} a completed run there (runs/e/good).
+RUN = "{d}/runs/e/good"
+BAD = [
+    # interpolations that cannot be resolved, in train, sweep and eval
+    (["train", f"run_name=${{oc.env:{UNSET}}}"], 2,
+     [f"run_name=${{oc.env:{UNSET}}} cannot be resolved", f"${{oc.env:{UNSET},default}}"]),
+    (["train", "run_name=${missing.key}"], 2, ["run_name=${missing.key}", "'missing.key'"]),
+    (["train", "experiment=${missing.key}"], 2, ["experiment=${missing.key} cannot be resolved"]),
+    (["train", "train.lr=${nope}", "--cfg", "job"], 2, ["train.lr=${nope} cannot be resolved"]),
+    (["train", "eval.lengths=[64,${nope}]"], 2, ["eval.lengths[1]=${nope} cannot be resolved"]),
+    (["train", "run_name='${'"], 2, ["run_name: cannot read the interpolation"]),
+    (["train", "run_name=${"], 2, ["cannot read the override 'run_name=${'"]),
+    (["sweep", "seed=0,1", f"run_name=${{oc.env:{UNSET}}}"], 2, ["run_name=", UNSET]),
+    (["sweep", "--cfg", "job", "experiment=${missing.key}"], 2, ["experiment=${missing.key}"]),
+    (["eval", RUN, "eval.tokens=${nope}"], 2, ["eval.tokens=${nope} cannot be resolved"]),
+    # Hydra's flags: the refused, the unknown, the malformed
+    (["train", "--experimental-rerun", "{d}/job.pickle"], 2,
+     ["--experimental-rerun is refused", "unpickles"]),
+    (["sweep", "--experimental-rerun", "{d}/job.pickle"], 2, ["--experimental-rerun is refused"]),
+    (["train", "--experimental", "{d}/job.pickle"], 2, ["has no option '--experimental'"]),
+    (["train", "--config-path", "{d}"], 2, ["--config-path would replace", "--config-dir"]),
+    (["train", "-cp", "{d}"], 2, ["--config-dir"]),
+    (["train", "--shell-completion"], 2, ["no shell completion"]),
+    (["train", "-m", "seed=1"], 2, ["posexp sweep runs several"]),
+    (["sweep", "--run"], 2, ["posexp train runs one"]),
+    (["train", "--foo"], 2, ["posexp train has no option '--foo'"]),
+    (["train", "--cfg"], 2, ["--cfg needs a value: job, hydra, all"]),
+    (["train", "--cfg", "jobs"], 2, ["--cfg takes job, hydra, all; got 'jobs'"]),
+    (["train", "--info=bogus"], 2, ["--info takes"]),
+    # code named in overrides or config files
+    (["train", "+hydra.callbacks.x._target_=os.makedirs", "+hydra.callbacks.x.name=pwned"], 2,
+     ["is refused", "posexp does not run code named in its config"]),
+    (["train", "hydra.launcher._target_=os.system"], 2, ["is refused"]),
+    (["sweep", "hydra.launcher={_target_:os.system}"], 2, ["is refused"]),
+    (["train", "+hydra.job_logging.handlers.x.class=os.system"], 2,
+     ["hydra.job_logging.handlers.x.class cannot be set"]),
+    (["train", "hydra.searchpath=[pkg://evil]"], 2, ["hydra.searchpath cannot be set",
+                                                     "--config-dir"]),
+    (["train", "+hydra.job.env_set.LD_PRELOAD=/tmp/x.so"], 2,
+     ["hydra.job.env_set.LD_PRELOAD is refused"]),
+    (["train", "hydra.mode=MULTIRUN"], 2, ["hydra.mode cannot be set"]),
+    (["train", "+hydra/callbacks=pwn"], 2, ["hydra/callbacks cannot be set"]),
+    (["train", "--config-dir", "{d}/cd_target", "encoding=pwn"], 2,
+     ["cd_target/encoding/pwn.yaml sets _target_"]),
+    (["train", "--config-dir", "{d}/cd_callbacks"], 2,
+     ["cd_callbacks/hydra/callbacks/pwn.yaml sets x._target_"]),
+    (["sweep", "--config-dir", "{d}/cd_logging", "hydra/job_logging=pwn"], 2,
+     ["pwn.yaml sets handlers.x.class: os.system"]),
+    (["eval", RUN, "eval.lengths={_target_:os.system}"], 2, ["is refused"]),
+    # groups and keys that posexp does not have
+    (["train", "encoding=encoding_schema"], 2, ["there is no encoding 'encoding_schema'"]),
+    (["train", "data=data_schema"], 2, ["there is no data 'data_schema'"]),
+    (["sweep", "encoding=encoding_schema,rope"], 2, ["there is no encoding 'encoding_schema'"]),
+    (["train", "+train.seqlen=128"], 2, ["train has no key 'seqlen'; did you mean 'seq_len'?",
+                                         "'+' cannot add keys"]),
+    (["train", "++train.seqlen=128"], 2, ["train has no key 'seqlen'; did you mean 'seq_len'?"]),
+    (["train", "train.seqlen=128", "--cfg", "job"], 2, ["did you mean 'seq_len'?"]),
+    (["train", "+seedd=1"], 2, ["posexp's config has no key 'seedd'; did you mean 'seed'?"]),
+    (["train", "model.dmodel=64"], 2, ["model has no key 'dmodel'; did you mean 'd_model'?"]),
+    (["sweep", "model.dmodel=64,128"], 2, ["did you mean 'd_model'?"]),
+    (["train", "xyz=1"], 2, ["posexp's config has no key 'xyz'; its keys: encoding"]),
+    (["train", "+train.seq_len=128"], 2, ["train.seq_len is set already", "without '+'"]),
+    (["train", "~train.seq_len"], 2, ["cannot be deleted"]),
+    (["train", "~logger"], 2, ["config groups cannot be removed"]),
+    (["train", "train.seq_len.x=1"], 2, ["train.seq_len is a single value"]),
+    (["train", "model=???"], 2, ["choose a model: model=OPTION, one of tiny"]),
+    (["train", "run_name=???"], 2, ["run_name must be set"]),
+    (["train", "--config-name", "posexp_schema"], 2, ["encoding, model, data", "must be set"]),
+    (["train", "--config-name", "nope"], 2, ["there is no config 'nope'"]),
+    (["train", "--config-dir", "{d}/nonexistent"], 2, ["is not a directory"]),
+    (["train", "--config-dir", "{d}/cd_newenc", "encoding=xpos"], 2,
+     ["encoding.name 'xpos' is not an encoding posexp has", "alibi, learned, nope, rope"]),
+    (["train", "--config-dir", "{d}/cd_extra", "encoding=extra"], 2,
+     ["encoding/extra: encoding has no key 'foo'"]),
+    (["train", "--config-dir", "{d}/cd_broken", "encoding=broken"], 2, ["broken.yaml", "line"]),
+    (["train", "hydra/launcher=nope"], 2, ["there is no hydra/launcher 'nope'", "joblib"]),
+    (["train", "hydra/sweeper=nope"], 2, ["there is no hydra/sweeper 'nope'"]),
+    (["train", "logger=nope"], 2, ["there is no logger 'nope'", "local, wandb"]),
+    # several values where one run is asked for; arguments that are not overrides
+    (["train", "seed=0,1"], 2, ["posexp sweep seed=0,1", "seed='0,1'"]),
+    (["train", "encoding=rope,alibi"], 2, ["posexp sweep encoding=rope,alibi"]),
+    (["train", "seed=range(3)"], 2, ["posexp sweep seed=range(3)"]),
+    (["train", "experiment=my", "exp"], 2, ["'exp' is not an override", "experiment='my exp'"]),
+    (["train", "experiment=my exp"], 2, ["experiment must be a plain directory name"]),
+    (["train", "eval.lengths=[1,2"], 2, ["cannot read the override 'eval.lengths=[1,2'"]),
+    (["train", "=3"], 2, ["has no key before '='"]),
+    # types
+    (["train", "train.lr=abc"], 2, ["train.lr must be a number, got 'abc'"]),
+    (["train", "train.seq_len="], 2, ["train.seq_len must be an integer, got ''"]),
+    (["train", "train.tokens=nan"], 2, ["train.tokens must be an integer, got 'nan'"]),
+    (["train", "eval.lengths=abc"], 2, ["eval.lengths must be a list"]),
+    (["train", "eval.lengths=[1e300]"], 2, ["eval.lengths[0] must be an integer"]),
+    (["train", "train.resume=maybe"], 2, ["train.resume must be true or false"]),
+    (["train", "logger.mode=sometimes"], 2, ["logger.mode must be one of online, offline"]),
+    (["train", "model.tie_weights=-1"], 2, ["model.tie_weights must be true or false, got -1"]),
+    (["eval", RUN, "eval.mode=1"], 2, ["eval.mode must be one of"]),
+    # settings the chosen corpus or tokenizer would silently ignore
+    (["train", "data.path={d}/corpus.txt"], 2,
+     ["data.path is set, but data=stdlib does not read it"]),
+    (["train", "data=text", "data.path={d}/corpus.txt", "data.hf_name=x"], 2,
+     ["data.hf_name is set, but data=text does not read it"]),
+    (["train", "data.tokenizer_path={d}/corpus.txt"], 2,
+     ["data.tokenizer_path is set, but data.tokenizer=byte does not read it"]),
+    # values out of range, and sizes bounded by memory and time
+    (["train", "seed=-1"], 2, ["seed must be an integer in [0, 2**63 - 1], got -1"]),
+    (["train", "seed=100000000000000000000000"], 2, ["seed must be an integer in [0, 2**63"]),
+    (["train", "seed=9223372036854775808"], 2, ["seed must be an integer in [0, 2**63"]),
+    (["train", "data.vocab_size=100000000000000000000"], 2,
+     ["data.vocab_size must be at most 262,144"]),
+    (["train", "data.tokenizer=bpe", "data.vocab_size=1000000000"], 2,
+     ["data.vocab_size must be at most 262,144 (2**18)"]),
+    (["train", "eval.per_position_buckets=1000000000"], 2,
+     ["eval.per_position_buckets must be at most 65,536"]),
+    (["train", "eval.lengths=[64,64,128]"], 2, ["eval.lengths lists 64 more than once"]),
+    (["train", "eval.lengths=[]"], 2, ["eval.lengths is empty"]),
+    (["train", "eval.tokens=100000000000000000000000"], 2, ["eval.tokens must be at most"]),
+    (["train", "eval.lengths=[64,2000000000]"], 2, ["each of eval.lengths must be at most"]),
+    (["train", "eval.batch_tokens=0"], 2, ["eval.batch_tokens must be a positive integer"]),
+    (["train", "model.d_model=65536", "model.n_layer=1024"], 2,
+     ["this model would have about", "parameters"]),
+    (["train", "model.n_layer=100000"], 2, ["model.n_layer must be at most"]),
+    (["train", "train.seq_len=4294967296", "train.batch_tokens=null",
+      "train.batch_size=1"], 2, ["train.seq_len must be at most"]),
+    (["train", "train.batch_tokens=null", "train.batch_size=100000000"], 2,
+     ["train.batch_size must be at most"]),
+    (["train", "train.warmup_tokens=-1"], 2, ["train.warmup_tokens must be an integer in [0"]),
+    (["train", "train.val_tokens=0"], 2, ["train.val_tokens must be a positive integer"]),
+    (["train", "logger.name=foo"], 2, ["logger.name must be one of local, wandb"]),
+    (["train", "logger.init_timeout=nan"], 2, ["logger.init_timeout must be a finite number"]),
+    (["train", "results_dir="], 2, ["results_dir must not be empty"]),
+    (["train", "results_dir=" + "r" * 300], 2, ["results_dir is too long"]),
+    (["train", "experiment="], 2, ["experiment must be a plain directory name"]),
+    (["train", "data.val_fraction=1.5"], 2, ["data.val_fraction must be a finite number in (0"]),
+    (["train", "data.val_fraction=nan"], 2, ["data.val_fraction must be a finite number"]),
+    (["train", "model.dropout=1.0"], 2, ["model.dropout must be a finite number in [0, 1)"]),
+    (["train", "encoding.max_positions=0"], 2, ["encoding.max_positions must be a positive"]),
+    (["train", "data=hf", "data.hf_name=x", "data.train_split="], 2,
+     ["data.train_split must not be empty"]),
+    # devices
+    (["train", "device=gpu"], 2, ["device must be auto, cpu, cuda, cuda:N"]),
+    (["train", "device=cuda:x"], 2, ["device must be auto, cpu, cuda, cuda:N"]),
+    (["train", "device=cuda:64"], 2, device_words("cuda:64")),
+    (["sweep", "device=cuda:64", "encoding=rope,alibi"], 2, device_words("cuda:64")),
+    (["eval", RUN, "device=cuda:64"], 2, device_words("cuda:64")),
+    # paths that are no corpus or tokenizer file
+    (["train", "data=text", "data.path=/dev/zero"], 2,
+     ["data.path '/dev/zero' is not a regular file or directory"]),
+    (["train", "data=text", "data.path={d}/fifo"], 2, ["fifo' is not a regular file"]),
+    (["train", "data=text", "data.path={d}/loop"], 2, ["loop' is a loop of symbolic links"]),
+    (["train", "data=text", "data.path={d}/dangling"], 2, ["is a broken symbolic link"]),
+    (["train", "data=text", "data.train_path={d}/fifo", "data.val_path={d}/corpus.txt"], 2,
+     ["data.train_path", "is not a regular file or directory"]),
+    (["train", "data=text", "data.path={d}/corpus.txt", "data.glob=/abs"], 2,
+     ["data.glob must be a pattern relative to data.path"]),
+    (["train", "data.tokenizer=file", "data.tokenizer_path=/dev/zero"], 2,
+     ["data.tokenizer_path '/dev/zero' is not a regular file"]),
+    (["train", "data.tokenizer=file", "data.tokenizer_path={d}"], 2, ["is a directory"]),
+    (["train", "data=enwik8", "data.path={d}/fifo"], 2, ["is not a regular file"]),
+    # posexp eval and resume
+    (["eval"], 2, ["Missing argument 'RUN_DIR'", "posexp eval --help"]),
+    (["eval", RUN, "--foo"], 2, ["posexp eval has no option '--foo'"]),
+    (["eval", RUN, "model.d_model=64"], 2, ["posexp eval can change only eval.*"]),
+    (["eval", RUN, "eval.strde=3"], 2, ["eval has no key 'strde'; did you mean 'stride'?"]),
+    (["eval", RUN, "eval.lengths=[16,16]"], 2, ["eval.lengths lists 16 more than once"]),
+    (["eval", RUN, "eval.mode=sliding", "eval.stride=16"], 2,
+     ["eval.stride (16) must be smaller than every window"]),
+    (["eval", RUN, "eval.lengths=16,32"], 2, ["asks for several evaluations"]),
+    (["eval", "{d}/runs/e/zeroed"], 1, ["checkpoint.pt: it is not a torch checkpoint"]),
+    (["eval", "{d}/runs/e/nomodel"], 1, ["checkpoint.pt: it holds no model weights"]),
+    (["eval", "{d}/runs/e/badyaml"], 1, ["badyaml/config.yaml is unreadable"]),
+    (["eval", "{d}/runs/e/notmapping"], 1, ["notmapping/config.yaml is damaged"]),
+    (["eval", "{d}/runs/e/wrongkeys"], 1,
+     ["wrongkeys/config.yaml does not fit posexp's config", "seqlen"]),
+    (["resume"], 2, ["Missing argument 'RUN_DIR'"]),
+    (["resume", "{d}/notarun"], 2, ["is not a posexp run (no config.yaml)"]),
+    (["resume", "{d}/runs/e/badyaml"], 1, ["config.yaml is unreadable"]),
+    # report, reproduce, and the command line itself
+    (["report", "{d}/nonexistent"], 2, ["nonexistent is not a directory"]),
+    (["report", "{d}/runs", "--out", "{d}/corpus.txt"], 2,
+     ["--out {d}/corpus.txt is a file", "a directory"]),
+    (["report", "{d}/empty_dir"], 1, ["no posexp runs under"]),
+    (["report", "--bogus"], 2, ["No such option: --bogus"]),
+    (["report", "{d}/runs", "extra"], 2, ["unexpected extra argument"]),
+    (["reprodue"], 2, ["No such command 'reprodue'", "reproduce"]),
+    (["reproduce", "--preset", "{d}/broken.yaml"], 2, ["broken.yaml is not valid YAML at line"]),
+    (["reproduce", "--preset", "{d}/nokey.yaml"], 2, ["nokey.yaml has no thresholds"]),
+    (["reproduce", "--preset", "{d}/flatruns.yaml"], 2, ["run 1 must be a list of overrides"]),
+    (["reproduce", "--preset", "{d}/target.yaml"], 2, ["is refused"]),
+    (["reproduce", "--preset", "nope"], 2, ["there is no reproduce preset 'nope'", "cpu, gpu"]),
+    (["reproduce", "--preset"], 2, ["requires an argument"]),
+    (["--bogus"], 2, ["No such option: --bogus"]),
+]
+
+
+def fill(args: list[str], d: Path) -> list[str]:
+    return [a.replace("{d}", str(d)) for a in args]
+
+
+if not torch.backends.mps.is_available():
+    BAD.append((["train", "device=mps"], 2, ["device=mps but torch has no MPS device here"]))
+
+
+@pytest.mark.parametrize("args,code,words", BAD, ids=[repr(a)[1:71] for a, _, _ in BAD])
+def test_bad_input_is_one_line_and_an_exit_code(run_cli, inputs, tmp_path, args, code, words):
+    exit_code, _, err = run_cli(*fill(args, inputs))
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert exit_code == code, err
+    assert lines[0].startswith("posexp: error: "), err
+    for word in words:
+        assert word.replace("{d}", str(inputs)) in lines[0], err
+    assert "Traceback" not in err and "weights_only=False" not in err
+    assert not any(tmp_path.iterdir())  # nothing written where the command ran
+
+
+def test_the_bad_inputs_are_distinct():
+    keys = [tuple(args) for args, _, _ in BAD]
+    assert len(keys) == len(set(keys))
+
+
+# --- the malformed overrides: every key x every kind of bad value, through the check -------
+def leaf_keys() -> list[str]:
+    """Every key of posexp's schema, dotted; and the config groups."""
+    out = []
+    for key in C.schema_keys():
+        if key in C.GROUPS:
+            out.append(key)
+            out += [f"{key}.{sub}" for sub in C.schema_keys(key)]
+        else:
+            out.append(key)
+    return out
+
+
+MALFORMED = ["", "abc", "-1", "nan", "100000000000000000000000000000", "${nope}"]
+
+
+def test_malformed_overrides_end_in_a_usage_error_never_another_exception():
+    """Every key x {empty, string, negative, nan, huge, interpolation} through compose and
+    check alone: each either composes into a config that passes the check or is refused with
+    a one-line UsageError -- no other exception, which the CLI would show as a crash."""
+    C.register()
+    keys = leaf_keys()
+    assert len(keys) > 60
+    refused = 0
+    for key in keys:
+        for value in MALFORMED:
+            override = f"{key}={value}"
+            try:
+                cli.compose([override])
+            except UsageError as e:
+                refused += 1
+                assert "\n" not in str(e).strip() and str(e), override
+            except Exception as e:  # pragma: no cover - the failure this test exists for
+                pytest.fail(f"{override}: {type(e).__name__}: {e}")
+    assert refused > len(keys) * 4  # most of them are bad
+
+
+def test_malformed_eval_overrides_of_a_saved_run(inputs):
+    """The same values through posexp eval's path (a saved run's config + overrides)."""
+    saved = Run(inputs / "runs/e/good").config()
+    for key in [f"eval.{k}" for k in C.schema_keys("eval")] + ["device", "attention"]:
+        for value in MALFORMED:
+            try:
+                cfg = cli.apply_overrides(saved, [f"{key}={value}"],
+                                          allowed=("eval.", "device", "attention"))
+                C.check_device_name(cfg.device)
+                C.check_eval(cfg)
+                C.check_attention(cfg)
+            except UsageError as e:
+                assert "\n" not in str(e).strip()
+            except Exception as e:  # pragma: no cover
+                pytest.fail(f"{key}={value}: {type(e).__name__}: {e}")
+
+
+# --- what keeps working -------------------------------------------------------------------
+def test_launchers_and_config_dirs_that_run_no_code_keep_working(inputs):
+    for launcher in ("basic", "joblib", "submitit_local"):
+        jobs, _ = cli.plan_sweep(cli.parse_args(
+            ["encoding=rope,alibi", f"hydra/launcher={launcher}", "--cfg", "job"], "sweep"))
+        assert [j.cfg.encoding.name for j in jobs] == ["rope", "alibi"]
+        assert launcher.split("_")[0] in jobs[0].hydra.launcher._target_.lower()
+    cfg = cli.compose(["--config-dir", str(inputs / "cd_primary"), "--config-name", "mine"])
+    assert cfg.seed == 7
+    cfg = cli.compose(["hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+                       "+hydra.job.env_set.OMP_NUM_THREADS=1"])
+    assert cfg.encoding.name == "rope"
+
+
+def test_devices_are_checked_against_what_exists():
+    C.register()
+    for device in ("auto", "cpu", "cuda", "cuda:0", "cuda:12", "mps"):
+        assert cli.compose([f"device={device}"]).device == device  # the schema takes them
+    C.check_device("cuda:1", cuda_count=2, mps=False)
+    C.check_device("mps", cuda_count=0, mps=True)
+    with pytest.raises(UsageError, match=r"device=cuda:1 but torch sees 1 CUDA GPU \(cuda:0\)"):
+        C.check_device("cuda:1", cuda_count=1, mps=False)
+    with pytest.raises(UsageError, match="sees 3 CUDA GPUs \\(cuda:0, cuda:1, cuda:2\\)"):
+        C.check_device("cuda:3", cuda_count=3, mps=False)
+    with pytest.raises(UsageError, match="device=cuda but torch sees no CUDA GPU"):
+        C.check_device("cuda", cuda_count=0, mps=False)
+    with pytest.raises(UsageError, match="device=mps but torch has no MPS device"):
+        C.check_device("mps", cuda_count=4, mps=False)
+
+
+def test_cfg_job_shows_the_values_that_will_run(run_cli):
+    code, out, err = run_cli("train", "--cfg", "job", "encoding=learned", "train.seq_len=32")
+    assert code == 0, err
+    cfg = yaml.safe_load(out)
+    assert cfg["eval"]["lengths"] == [32, 64, 128, 256, 512]
+    assert cfg["model"]["d_ff"] == 512 and cfg["encoding"]["max_positions"] == 32
+    assert cfg["train"]["batch_size"] == 64 and cfg["run_name"] == "learned-L32-s0"
+    code, out, _ = run_cli("train", "--cfg", "job", "--package", "model")
+    assert code == 0 and yaml.safe_load(out)["d_model"] == 128
+    code, out, err = run_cli("sweep", "--cfg", "job", "encoding=rope,alibi", "model.d_model=64")
+    assert code == 0, err
+    assert out.count("# job ") == 2 and "run_name: alibi-L64-s0" in out
+
+
+def test_help_pages(run_cli):
+    pages = {}
+    for args in (["-h"], ["--help"], ["eval", "-h"], ["sweep", "--help"], ["report", "-h"],
+                 ["reproduce", "--help"], ["resume", "-h"], ["train", "-h"],
+                 ["train", "--help", "encoding=alibi"]):
+        code, out, err = run_cli(*args)
+        assert code == 0 and not err, (args, err)
+        pages[" ".join(args)] = out
+        assert "<bool>" not in out and "{" not in out and "_schema" not in out, args
+        assert all(len(line) <= 100 for line in out.splitlines()), args
+        assert "Examples:" in out, args
+    assert pages["-h"] == pages["--help"]
+    for command in ("train", "eval", "sweep", "report", "reproduce", "resume"):
+        assert command in pages["-h"]
+    assert "Usage: posexp eval [OPTIONS] RUN_DIR" in pages["eval -h"]
+    train = pages["train -h"]
+    assert "powered by Hydra" not in train and "posexp train" in train
+    for group in ("model=", "encoding=", "data=", "train=", "eval=", "logger=",
+                  "hydra/launcher="):
+        assert f"\n  {group}" in train, group
+    assert "sweep=" not in train and "reproduce" not in train.split("Main keys")[0]
+    assert "encoding=       alibi, learned, nope, [rope], sinusoidal" in train
+    assert "train.seq_len=64" in train and "eval.lengths=[64,128,256,512,1024]" in train
+    assert "--cfg job" in train
+    assert "[alibi]" in pages["train --help encoding=alibi"]
+    code, out, _ = run_cli("--version")
+    assert code == 0 and out.strip() == "posexp 0.1.0"
+    code, out, _ = run_cli()
+    assert code == 0 and "Usage: posexp" in out
+
+
+# --- unit pieces ----------------------------------------------------------------------------
+def test_unknown_keys_name_the_closest_one():
+    assert C.unknown_key("train.seqlen") == "train has no key 'seqlen'; did you mean 'seq_len'?"
+    assert C.unknown_key("eval.lengths.0") is None and C.unknown_key("logger.tags.1") is None
+    assert C.unknown_key("data.vocab") == "data has no key 'vocab'; did you mean 'vocab_size'?"
+
+
+def test_resume_keeps_the_records_it_can_read(inputs, tmp_path):
+    """A metrics.jsonl with a bare number, invalid UTF-8 and a cut line still resumes: the
+    unreadable lines are dropped, the others up to the checkpoint's step kept."""
+    run = Run(tmp_path / "run")
+    run.path.mkdir()
+    (run.path / "run.json").write_text('{"status": "interrupted"}')
+    (run.path / "metrics.jsonl").write_bytes(
+        b'{"step": 8, "loss": 5.0}\n5\n\xff\xfe{"step": 9}\n[1, 2]\n{"step": 16, "loss": 4.0}\n'
+        b'{"step": 24, "loss": 3.0}\n{"step": 2')
+    cfg = Run(inputs / "runs/e/good").config()
+    run.resume(16, cfg)
+    lines = (run.path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [8, 16]
+    assert read_json(run.path / "run.json")["status"] == "running"
+
+
+def test_fail_prints_one_line_for_any_error(capsys, monkeypatch):
+    monkeypatch.delenv("POSEXP_DEBUG", raising=False)
+    for error, code in [(UsageError("a\nb"), 2), (OSError(28, "No space left on device", "f"), 1),
+                        (KeyboardInterrupt(), 130), (RuntimeError("x\ny"), 1),
+                        (MemoryError(), 1)]:
+        with pytest.raises(SystemExit) as done:
+            cli.fail(error)
+        assert done.value.code == code
+        assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    from posexp.train import Interrupted
+
+    with pytest.raises(SystemExit) as done:
+        cli.fail(Interrupted(2, 300))
+    assert done.value.code == 130
+    assert capsys.readouterr().err.startswith("posexp: stopped by SIGINT at step 300; ")
+    monkeypatch.setenv("POSEXP_DEBUG", "1")
+    try:
+        raise UsageError("shown with its traceback")
+    except UsageError as e:
+        with pytest.raises(SystemExit):
+            cli.fail(e)
+    assert "Traceback" in capsys.readouterr().err
+
+
+def test_schema_types_cover_every_check():
+    """Every numeric key is bounded by config.check (the malformed sweep's 'huge' value)."""
+    C.register()
+    for key in leaf_keys():
+        node, _, leaf = key.rpartition(".")
+        if leaf in C.GROUPS:
+            continue
+        kind = C.schema_keys(node)[leaf]
+        if kind in (int, float, int | None, float | None):
+            huge = "1e300" if float in typing.get_args(kind) or kind is float else str(2**70)
+            with pytest.raises(UsageError):
+                cli.compose([f"{key}={huge}"])
+    assert math.isfinite(C.MAX_PARAMS)
+
+
+# --- through the real posexp process --------------------------------------------------------
+def test_code_paths_leave_no_trace(posexp, tmp_path):
+    """A crafted pickle for --experimental-rerun and a hydra callback would each create a
+    directory; posexp refuses both with one line, and nothing is created."""
+
+    class Payload:
+        def __reduce__(self):
+            return (os.makedirs, (str(tmp_path / "pwned-by-pickle"),))
+
+    (tmp_path / "job.pickle").write_bytes(pickle.dumps(Payload()))
+    r = posexp("train", "--experimental-rerun", str(tmp_path / "job.pickle"))
+    assert r.returncode == 2 and "--experimental-rerun is refused" in r.stderr, r.stderr
+    r = posexp("train", "+hydra.callbacks.x._target_=os.makedirs",
+               f"+hydra.callbacks.x.name={tmp_path / 'pwned-by-callback'}")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not list(tmp_path.glob("pwned*"))
+
+
+def test_help_of_the_real_script(posexp):
+    r = posexp("train", "-h")
+    assert r.returncode == 0 and not r.stderr, r.stderr
+    assert r.stdout.startswith("posexp train:") and "hydra/launcher=" in r.stdout
+    r = posexp("eval", "-h")
+    assert r.returncode == 0 and "Examples:" in r.stdout and "{" not in r.stdout
+
+
+@pytest.mark.slow
+def test_resume_after_a_damaged_metrics_file(posexp, tmp_path):
+    """A run whose metrics.jsonl holds lines that are not records still resumes (here: from
+    its final checkpoint, so only the evaluation is left) and completes."""
+    assert posexp("train", "encoding=nope", *TINY, "results_dir=out").returncode == 0
+    run = tmp_path / "out/default/nope-L16-s0"
+    info = read_json(run / "run.json")
+    (run / "run.json").write_text(json.dumps({**info, "status": "interrupted"}))
+    with (run / "metrics.jsonl").open("ab") as fh:
+        fh.write(b"5\n\xff\xfe garbage\n{\"step\": ")
+    r = posexp("resume", str(run))
+    assert r.returncode == 0, r.stderr
+    assert "resuming from step" in r.stderr
+    assert read_json(run / "run.json")["status"] == "completed"
