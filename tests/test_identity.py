@@ -16,7 +16,8 @@ from omegaconf import OmegaConf
 import posexp
 from posexp import config as C
 from posexp import runs
-from posexp.cli import compose_overrides
+from posexp.cli import compose, compose_overrides
+from posexp.errors import UsageError
 from posexp.model import GPT, GPTConfig
 from tests.conftest import TINY, assert_usage_error, read_json
 from tests.test_reliability import LONG, start, wait_for_step
@@ -93,6 +94,18 @@ def test_batch_in_tokens_gives_equal_steps_at_every_length():
     (["experiment=.hidden"], "experiment must be a plain directory name"),
     (["run_name=a/b"], "run_name must be a plain directory name"),
     (["experiment=" + "x" * 300], "at most 200 bytes"),
+])
+def test_bad_values_are_refused_by_the_config_check(args, message):
+    C.register()
+    with pytest.raises(UsageError) as e:
+        compose([*TINY, *args, "results_dir=out"])
+    assert message in str(e.value)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["train.lr=nan"], "train.lr must be a finite number"),
+    (["experiment=../../x"], "experiment must be a plain directory name"),
+    (["train.batch_size=8"], "not both"),
 ])
 def test_bad_values_are_refused_before_anything_is_written(posexp, tmp_path, args, message):
     r = posexp("train", *TINY, *args, "results_dir=out")
