@@ -149,19 +149,23 @@ def test_wandb_failure_is_a_warning_and_the_run_completes(posexp, tmp_path):
     assert (run / "eval.json").exists()
 
 
-@pytest.mark.slow
-def test_reproduce_prints_verdicts(posexp, tmp_path):
-    preset = tmp_path / "tiny.yaml"
+def write_preset(path, runs):
+    """A claim-suite preset of tiny runs at L=16 with the paper's thresholds."""
     overrides = [a for a in TINY if not a.startswith(("train.seq_len", "eval.lengths"))]
-    preset.write_text(json.dumps({
+    path.write_text(json.dumps({
         "experiment": "claims", "train_seq_len": 16,
-        "overrides": ["train.seq_len=16", *overrides],
-        "runs": [["encoding=sinusoidal"], ["encoding=rope"], ["encoding=alibi"],
-                 ["encoding=learned"], ["encoding=nope"],
-                 ["encoding=sinusoidal", "train.seq_len=32"]],
+        "overrides": ["train.seq_len=16", *overrides], "runs": runs,
         "thresholds": {"sinusoidal_blowup_at": 4, "sinusoidal_blowup": 2.0,
                        "alibi_flat_at": [2, 4, 16], "alibi_flat": 1.05, "nope_margin": 0.1},
     }))
+    return path
+
+
+@pytest.mark.slow
+def test_reproduce_prints_verdicts(posexp, tmp_path):
+    preset = write_preset(tmp_path / "tiny.yaml", [
+        ["encoding=sinusoidal"], ["encoding=rope"], ["encoding=alibi"], ["encoding=learned"],
+        ["encoding=nope"], ["encoding=sinusoidal", "train.seq_len=32"]])
     r = posexp("reproduce", "--preset", str(preset), "--results-dir", "out")
     assert r.returncode == 0, r.stderr
     out = tmp_path / "out" / "claims" / "report"
@@ -179,16 +183,9 @@ def test_reproduce_prints_verdicts(posexp, tmp_path):
 
 @pytest.mark.slow
 def test_reproduce_finishes_every_run_and_fails_at_the_end(posexp, tmp_path):
-    preset = tmp_path / "broken.yaml"
-    overrides = [a for a in TINY if not a.startswith(("train.seq_len", "eval.lengths"))]
-    preset.write_text(json.dumps({
-        "experiment": "claims", "train_seq_len": 16,
-        "overrides": ["train.seq_len=16", *overrides],
-        "runs": [["encoding=sinusoidal", "data=text", f"data.path={tmp_path}/missing.txt"],
-                 ["encoding=alibi"]],
-        "thresholds": {"sinusoidal_blowup_at": 4, "sinusoidal_blowup": 2.0,
-                       "alibi_flat_at": [2, 4, 16], "alibi_flat": 1.05, "nope_margin": 0.1},
-    }))
+    preset = write_preset(tmp_path / "broken.yaml", [
+        ["encoding=sinusoidal", "data=text", f"data.path={tmp_path}/missing.txt"],
+        ["encoding=alibi"]])
     r = posexp("reproduce", "--preset", str(preset), "--results-dir", "out")
     assert r.returncode == 1
     assert "posexp reproduce: claims/sinusoidal-L16-s0: failed: data.path" in r.stderr
