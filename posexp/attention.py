@@ -1,19 +1,23 @@
 """Causal attention kernels, chosen by what the encoding needs.
 
-* No score bias (every encoding but ALiBi): ``scaled_dot_product_attention(is_causal=True)``,
-  which runs a fused flash / memory-efficient kernel wherever torch has one.
-* ALiBi's bias ``-m_h * (i - j)``, one of three kernels (``attention=`` in the config):
+* No score bias: ``scaled_dot_product_attention(is_causal=True)``, which runs a fused flash /
+  memory-efficient kernel wherever torch has one.
+* A score bias (alibi, t5, kerple_*, fire; posexp/encodings/base.py), one of three kernels
+  (``attention=`` in the config), among those the encoding lists in its ``bias_kernels``:
 
-  - ``flash``: flash-attn's ``flash_attn_func(causal=True, alibi_slopes=...)``; CUDA, fp16/bf16,
-    when the flash-attn package is installed.
-  - ``flex``: FlexAttention, compiled, with the bias as a ``score_mod`` and a causal block
+  - ``flash``: flash-attn's ``flash_attn_func(causal=True, alibi_slopes=...)``; ALiBi only,
+    CUDA, fp16/bf16, when the flash-attn package is installed.
+  - ``flex``: FlexAttention, compiled, with the encoding's ``score_mod`` and a causal block
     mask (built once per length and device, then cached), so blocks above the diagonal are
-    skipped and no score matrix is ever stored.
+    skipped and no score matrix is ever stored.  For biases with a closed form: ALiBi, T5's
+    bucket table, KERPLE's kernels.
   - ``sdpa``: SDPA with an additive bias, one block of queries at a time, so memory is
-    ``heads x block x L`` instead of ``heads x L x L``.  The bias of query ``i`` and key ``j``
-    depends only on ``i - j``, so every block reads a slice of one bias, built once per call.
+    ``heads x block x L`` instead of ``heads x L x L``.  A bias of the distance i - j alone
+    (``DistanceBias``) is built once per call, for the last block, and every other block
+    reads a slice of it; FIRE's, which depends on i, is built block by block.
 
-  ``auto`` takes flash, then flex on CUDA, and sdpa on the CPU, where it measured fastest.
+  ``auto`` takes flash, then flex on CUDA where the encoding has them, and sdpa on the CPU,
+  where it measured fastest; FIRE runs on sdpa everywhere.
 """
 
 from __future__ import annotations
@@ -25,20 +29,27 @@ import torch.nn.functional as F
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
 from posexp.config import Attention, flash_attn_installed
-from posexp.encodings.alibi import alibi_bias
+from posexp.encodings.base import DistanceBias, PositionalEncoding, ScoreMod
 
 # Elements of one (heads x queries x keys) bias block: 2^24 floats = 64 MiB per batch row.
 BIAS_BLOCK_ELEMENTS = 1 << 24
 
 
-def alibi_kernel(requested: Attention | str, q: torch.Tensor, dropout_p: float) -> Attention:
-    """The kernel ALiBi attention runs on for these queries."""
+def bias_kernel(
+    requested: Attention | str, q: torch.Tensor, dropout_p: float, bias: PositionalEncoding
+) -> Attention:
+    """The kernel that applies ``bias``'s score bias to these queries."""
     requested = Attention(requested)
+    kernels = bias.bias_kernels
     if requested != Attention.auto:
+        if requested.value not in kernels:
+            raise ValueError(f"attention={requested.value} cannot apply the score bias of "
+                             f"{type(bias).__name__}; it runs on {', '.join(kernels)}")
         return requested
-    if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) and flash_attn_installed():
+    half = q.dtype in (torch.float16, torch.bfloat16)
+    if "flash" in kernels and q.is_cuda and half and flash_attn_installed():
         return Attention.flash
-    if q.is_cuda and dropout_p == 0.0:
+    if "flex" in kernels and q.is_cuda and dropout_p == 0.0:
         return Attention.flex
     return Attention.sdpa
 
@@ -47,46 +58,56 @@ def causal_attention(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    slopes: torch.Tensor | None = None,
+    bias: PositionalEncoding | None = None,
+    layer: int = 0,
     dropout_p: float = 0.0,
     kernel: Attention | str = Attention.auto,
 ) -> torch.Tensor:
-    """q, k, v: [batch, heads, seq, d_head] -> [batch, heads, seq, d_head]."""
-    if slopes is None:
+    """q, k, v: [batch, heads, seq, d_head] -> [batch, heads, seq, d_head].  ``bias`` is the
+    encoding whose score bias (of layer ``layer``) to add, or None."""
+    if bias is None:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)
-    chosen = alibi_kernel(kernel, q, dropout_p)
+    chosen = bias_kernel(kernel, q, dropout_p, bias)
     if chosen == Attention.flash:
-        return _flash_alibi(q, k, v, slopes, dropout_p)
+        return _flash_alibi(q, k, v, bias.attention_slopes(), dropout_p)
     if chosen == Attention.flex:
         if dropout_p:
             raise ValueError("FlexAttention has no dropout; use attention=sdpa or flash")
-        return _flex_alibi(q, k, v, slopes)
-    return _sdpa_alibi(q, k, v, slopes, dropout_p)
+        return _flex(q, k, v, bias.score_mod(layer))
+    return _sdpa_blocked(q, k, v, bias, layer, dropout_p)
 
 
-def _sdpa_alibi(q, k, v, slopes, dropout_p):
+def _sdpa_blocked(q, k, v, bias: PositionalEncoding, layer: int, dropout_p: float):
     n_head, seq_len = q.shape[1], q.shape[2]
     block = min(seq_len, max(1, BIAS_BLOCK_ELEMENTS // (n_head * seq_len)))
-    # The bias of the last block of queries and every key.  It depends only on i - j, so
-    # every other block reads a slice of it.  4-d, so that torch's fused CPU kernel takes it
-    # (a 3-d mask falls back to the unfused math path, measured 3x slower at 16k).
-    bias = alibi_bias(slopes, seq_len - block, block, seq_len).to(q.dtype)[None]
     first = seq_len - block
+    # Masks are 4-d, so that torch's fused CPU kernel takes them (a 3-d mask falls back to
+    # the unfused math path, measured 3x slower at 16k).  Queries start..stop-1 see keys
+    # 0..stop-1 (later keys are masked anyway).
+    if isinstance(bias, DistanceBias):
+        # The bias of the last block of queries and every key.  It depends only on i - j,
+        # so every other block reads a slice of it: the template's rows and keys shifted by
+        # first - start, in whichever direction keeps them inside it (only a short last
+        # block has start > first).
+        template = bias.score_bias(layer, first, block, seq_len, q.device).to(q.dtype)[None]
+
+        def block_bias(start: int, stop: int) -> torch.Tensor:
+            rows, keys = max(0, start - first), max(0, first - start)
+            return template[:, :, rows : rows + stop - start, keys : keys + stop]
+    else:
+        def block_bias(start: int, stop: int) -> torch.Tensor:
+            return bias.score_bias(layer, start, stop - start, stop, q.device).to(q.dtype)[None]
+
+    # The last block first: each block's tensors are then no larger than the last block's,
+    # whose freed memory they reuse.  In the other order each block asks for a little more
+    # than any freed, and the CPU allocator's heap grows by gigabytes at 64k (FIRE).
     out = []
-    for start in range(0, seq_len, block):
+    for start in reversed(range(0, seq_len, block)):
         stop = min(start + block, seq_len)
-        # Queries start..stop-1 see keys 0..stop-1 (later keys are masked anyway).  Their
-        # bias is the template's rows and keys shifted by first - start, in whichever
-        # direction keeps them inside it (only a short last block has start > first).
-        rows, keys = max(0, start - first), max(0, first - start)
-        out.append(
-            F.scaled_dot_product_attention(
-                q[:, :, start:stop], k[:, :, :stop], v[:, :, :stop],
-                attn_mask=bias[:, :, rows : rows + stop - start, keys : keys + stop],
-                dropout_p=dropout_p,
-            )
-        )
-    return out[0] if len(out) == 1 else torch.cat(out, dim=2)
+        out.append(F.scaled_dot_product_attention(
+            q[:, :, start:stop], k[:, :, :stop], v[:, :, :stop],
+            attn_mask=block_bias(start, stop), dropout_p=dropout_p))
+    return out[0] if len(out) == 1 else torch.cat(out[::-1], dim=2)
 
 
 def _causal(b, h, q_idx, kv_idx):
@@ -112,15 +133,11 @@ def _compiled_flex():
     return torch.compile(flex_attention)
 
 
-def _flex_alibi(q, k, v, slopes):
-    slopes = slopes.float()
-
-    def alibi(score, b, h, q_idx, kv_idx):
-        return score + slopes[h] * (kv_idx - q_idx)
-
+def _flex(q, k, v, score_mod: ScoreMod):
     # inside a compiled model flex_attention is compiled with the rest of the graph
     kernel = flex_attention if torch.compiler.is_compiling() else _compiled_flex()
-    return kernel(q, k, v, score_mod=alibi, block_mask=causal_block_mask(q.shape[2], q.device))
+    return kernel(q, k, v, score_mod=score_mod,
+                  block_mask=causal_block_mask(q.shape[2], q.device))
 
 
 def _flash_alibi(q, k, v, slopes, dropout_p):

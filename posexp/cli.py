@@ -853,15 +853,18 @@ def report(
                                 help="Directory searched for runs (default: results)."),
     out: Path | None = typer.Option(None, metavar="DIR",
                                     help="Where to write (default: ROOT/report)."),
-    wandb: bool = typer.Option(False, "--wandb", help="Also upload figures and tables to W&B."),
-    wandb_project: str = typer.Option("posexp", metavar="NAME", show_default=False,
-                                      help="W&B project for --wandb (default: posexp)."),
+    wandb: bool = typer.Option(False, "--wandb", help="Also log figures and tables to W&B "
+                               "(WANDB_MODE=offline: for a later wandb sync)."),
+    wandb_project: str | None = typer.Option(None, metavar="NAME", show_default=False,
+                                             help="W&B project for --wandb (default: "
+                                                  "WANDB_PROJECT, else W&B's default)."),
 ) -> None:
     """Plots and tables across every run under ROOT.
 
     Writes extrapolation_<mode>.png/.svg (perplexity against evaluation length),
     per_position.png/.svg, summary.csv and summary.md. Runs that failed, are unfinished or
-    damaged are listed, not plotted.
+    damaged are listed, not plotted. With --wandb, W&B's files go beside the report
+    (ROOT/report/wandb, or under WANDB_DIR when that is set).
 
     \b
     Examples:
@@ -886,10 +889,73 @@ def report(
             typer.echo(f"  {f}")
         if wandb:
             try:
-                upload_to_wandb(written, runs, wandb_project)
+                went = upload_to_wandb(written, runs, target, wandb_project)
+                if went:
+                    typer.echo(went, err=True)
             except Exception as e:
                 typer.echo(f"posexp: warning: W&B upload failed ({type(e).__name__}: "
                            f"{str(e).strip()[:200]}); the local report is complete", err=True)
+    except BaseException as e:
+        fail(e)
+
+
+@app.command("ls", cls=Command)
+def ls(
+    root: Path = typer.Argument(Path("results"), metavar="DIR", show_default=False,
+                                help="Directory searched for runs (default: results)."),
+) -> None:
+    """One line per run under DIR: what it is, how it ended, how well it extrapolates.
+
+    Columns: experiment/run, encoding, training length L, seed, model size (width x
+    layers), status (completed, running, interrupted, failed, diverged, or damaged, with
+    the reason), perplexity at L and at the longest length scored (nonoverlapping windows,
+    with the 95% interval where eval.json has one). Colour and cut to fit on a terminal,
+    plain in a pipe.
+
+    \b
+    Examples:
+      posexp ls
+      posexp ls results/my-sweep
+      posexp ls | grep -v completed
+    """
+    try:
+        import shutil
+
+        from posexp.listing import coloured, ls_lines, plain
+
+        terminal = sys.stdout.isatty()
+        style = coloured if terminal and not os.environ.get("NO_COLOR") else plain
+        width = shutil.get_terminal_size().columns if terminal else None
+        typer.echo("\n".join(ls_lines(root, style, width)))
+    except BaseException as e:
+        fail(e)
+
+
+@app.command(cls=Command)
+def compare(
+    run_a: Path = typer.Argument(..., metavar="RUN_A", show_default=False,
+                                 help="A completed run directory."),
+    run_b: Path = typer.Argument(..., metavar="RUN_B", show_default=False,
+                                 help="Another completed run directory."),
+) -> None:
+    """Two runs side by side: the config keys that differ, then both curves and B/A.
+
+    Identity keys (what determines the weights) come first, then the others, such as
+    evaluation settings. Each evaluation length of each mode gets a row with both
+    perplexities, their 95% intervals, and the ratio B/A with its paired interval (the
+    same blocks of tokens resampled for both) when both points scored the same tokens;
+    points scored on different tokens, or runs of different corpora, are said not to be
+    comparable.
+
+    \b
+    Examples:
+      posexp compare results/default/rope-L64-s0 results/default/alibi-L64-s0
+      posexp compare results/a/rope-L64-s0 results/b/rope-L64-s0
+    """
+    try:
+        from posexp.listing import compare_lines
+
+        typer.echo("\n".join(compare_lines(run_a, run_b)))
     except BaseException as e:
         fail(e)
 

@@ -72,7 +72,10 @@ class ModelConfig:
 class EncodingConfig:
     name: str = MISSING
     max_positions: int | None = None  # learned: rows in the table; default train.seq_len
-    base: float = 10000.0  # rope: theta_i = base^(-2i/d_head)
+    base: float = 10000.0  # rope, xpos: theta_i = base^(-2i/d_head)
+    # the encoding's own hyperparameters (its config in posexp/encodings/<module>.py, the
+    # paper's defaults; configs/encoding/<name>.yaml lists them); checked by check_encoding
+    hparams: dict[str, typing.Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -126,7 +129,7 @@ class EvalConfig:
     stride: int | None = None  # sliding: default half of each window
     tokens: int = 32_768
     batch_tokens: int = 32_768  # tokens per forward pass
-    per_position_buckets: int = 64
+    per_position_buckets: int = 4  # per doubling of position (evaluate.bucket_edges)
 
 
 class WandbMode(str, Enum):
@@ -138,9 +141,10 @@ class WandbMode(str, Enum):
 @dataclass
 class LoggerConfig:
     name: str = "local"  # local | wandb; local files are written either way
-    project: str = "posexp"
+    # null: W&B decides (WANDB_PROJECT, WANDB_ENTITY, WANDB_MODE, else its own default)
+    project: str | None = None
     entity: str | None = None
-    mode: WandbMode = WandbMode.online
+    mode: WandbMode | None = None
     tags: list[str] = field(default_factory=list)
     group: str | None = None  # default: the experiment, for runs of a sweep
     init_timeout: float = 60.0  # seconds W&B may take to start before posexp goes on without it
@@ -297,7 +301,7 @@ MAX_TOKENS = 2**50  # train.tokens and the other budgets in tokens
 MAX_LENGTH = 2**30  # train.seq_len, each of eval.lengths, eval.stride
 MAX_EVAL_TOKENS = 2**40
 MAX_BATCH_TOKENS = 2**26  # tokens in one training or evaluation batch
-MAX_BUCKETS = 2**16  # eval.per_position_buckets
+MAX_BUCKETS = 64  # eval.per_position_buckets, per doubling of position
 MAX_VOCAB = 2**18  # data.vocab_size (the largest vocabularies in use are about 256k)
 MAX_PARAMS = 10**10  # the model, counted from its shape
 LOGGERS = ("local", "wandb")  # posexp/sinks.py
@@ -426,16 +430,52 @@ def check_device(device: str, cuda_count: int, mps: bool) -> None:
 
 
 def check_encoding(cfg: DictConfig) -> None:
-    from posexp.encodings import ENCODINGS  # the registry: every name a model can be built of
+    """The encoding is one posexp has, its hyperparameters are its own and in range, and an
+    attention kernel asked for can apply its score bias."""
+    from posexp.encodings import ENCODINGS, encoding_config  # the registry
 
-    name = cfg.encoding.name
-    if name not in ENCODINGS:
-        raise UsageError(f"encoding.name {name!r} is not an encoding posexp has; known: "
+    e = cfg.encoding
+    if e.name not in ENCODINGS:
+        raise UsageError(f"encoding.name {e.name!r} is not an encoding posexp has; known: "
                          f"{', '.join(sorted(ENCODINGS))} (a config file under --config-dir "
                          "can vary their settings, not add new math)")
-    if cfg.encoding.max_positions is not None:
-        _positive("encoding.max_positions", cfg.encoding.max_positions, MAX_LENGTH)
-    _in_range("encoding.base", cfg.encoding.base, 1.0, 1e12, low_open=True)
+    if e.max_positions is not None:
+        _positive("encoding.max_positions", e.max_positions, MAX_LENGTH)
+    _in_range("encoding.base", e.base, 1.0, 1e12, low_open=True)
+    try:
+        encoding_config(e.name, encoding_hparams(cfg), e.base,
+                        e.max_positions or cfg.train.seq_len)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    kernels, kernel = ENCODINGS[e.name].module.bias_kernels, Attention(cfg.attention)
+    if kernels and kernel != Attention.auto and kernel.value not in kernels:
+        raise UsageError(f"attention={kernel.value} cannot apply {e.name}'s score bias; it runs "
+                         f"on {', '.join(kernels)} (attention=auto picks the fastest)")
+
+
+def encoding_hparams(cfg: DictConfig) -> dict:
+    """encoding.hparams as a plain dict (empty in the configs of runs that predate it)."""
+    hparams = cfg.encoding.get("hparams")
+    return OmegaConf.to_container(hparams, resolve=True) if hparams else {}
+
+
+def encoding_params(cfg: DictConfig) -> int:
+    """The parameters of the encoding built for this model's shape.  It is built on the meta
+    device, which allocates nothing, so every check its constructor makes (rope and xpos need
+    an even head dimension) runs here."""
+    import torch
+
+    from posexp.encodings import ModelShape, build_encoding
+
+    e, m = cfg.encoding, cfg.model
+    try:
+        with torch.device("meta"):
+            encoding = build_encoding(e.name, ModelShape(m.d_model, m.n_head, m.n_layer),
+                                      encoding_hparams(cfg), e.base,
+                                      e.max_positions or cfg.train.seq_len)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    return sum(p.numel() for p in encoding.parameters())
 
 
 def check_model(cfg: DictConfig) -> None:
@@ -450,17 +490,11 @@ def check_model(cfg: DictConfig) -> None:
             f"model.d_model ({m.d_model}) must be divisible by model.n_head ({m.n_head})"
         )
     _in_range("model.dropout", m.dropout, 0.0, 1.0, high_open=True)
-    if cfg.encoding.name == "rope" and (m.d_model // m.n_head) % 2:
-        raise UsageError(
-            f"rope needs an even head dimension; d_model/n_head = {m.d_model // m.n_head}"
-        )
-    # parameters counted from the shape: attention 4 d^2, MLP 2 d d_ff, embeddings, table
+    # parameters counted from the shape: attention 4 d^2, MLP 2 d d_ff, embeddings, encoding
     d, d_ff = m.d_model, m.d_ff or 4 * m.d_model
     vocab = cfg.data.vocab_size if TokenizerKind(cfg.data.tokenizer) != TokenizerKind.byte \
         else 256
-    table = (cfg.encoding.max_positions or cfg.train.seq_len) if cfg.encoding.name == "learned" \
-        else 0
-    params = m.n_layer * (4 * d * d + 2 * d * d_ff) + (2 * vocab + table) * d
+    params = m.n_layer * (4 * d * d + 2 * d * d_ff) + 2 * vocab * d + encoding_params(cfg)
     if params > MAX_PARAMS:
         raise UsageError(f"this model would have about {params:.2g} parameters, more than "
                          f"posexp trains ({MAX_PARAMS:.0e}); lower model.d_model, model.n_layer "

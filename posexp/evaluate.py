@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 
 import numpy as np
 import torch
 
+from posexp import stats
 from posexp.errors import UsageError
 from posexp.model import GPT
 
@@ -79,41 +81,61 @@ def score_windows(
     n_tokens: int,
     batch_tokens: int,
     device: torch.device,
-    per_position: bool = False,
-) -> tuple[float, np.ndarray | None]:
-    """Summed loss (nats) over the N scored tokens, and the per-position mean loss over the
-    full windows when asked."""
+    buckets: tuple[np.ndarray, np.ndarray] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[np.ndarray, dict | None]:
+    """The loss (nats) of each of the N scored targets, in stream order; and, when
+    ``buckets`` (starts, ends) are given, each bucket's mean loss over the whole windows with
+    its standard error across windows.  ``progress`` is called with each batch's window
+    count."""
     ends, counts = window_plan(first, n_tokens, stride)
     offsets = np.arange(-length, 1)
     rows = max(1, batch_tokens // length)
     positions = torch.arange(length, device=device)
-    total = torch.zeros((), dtype=torch.float64, device=device)
-    pos_sum = torch.zeros(length, dtype=torch.float64, device=device)
-    pos_windows = 0
+    target_loss = torch.zeros(n_tokens, dtype=torch.float64, device=device)
+    if buckets is not None:
+        starts = torch.from_numpy(buckets[0]).to(device)
+        stops = torch.from_numpy(buckets[1]).to(device)
+        bucket_sum = torch.zeros(len(starts), dtype=torch.float64, device=device)
+        bucket_sq = torch.zeros_like(bucket_sum)
+    windows = 0
     for start in range(0, len(ends), rows):
         e, c = ends[start : start + rows], counts[start : start + rows]
         tokens = torch.from_numpy(val[e[:, None] + offsets].astype(np.int64)).to(device)
         with autocast(device):
-            losses = model.token_losses(tokens[:, :-1], tokens[:, 1:])
+            losses = model.token_losses(tokens[:, :-1], tokens[:, 1:]).double()
+        # window ending at stream position e predicts targets e-L+1 .. e: index e-L-first+p
+        index = torch.from_numpy(e - length - first).to(device)[:, None] + positions
         scored = positions[None, :] >= length - torch.from_numpy(c).to(device)[:, None]
-        total += (losses * scored).sum(dtype=torch.float64)
-        if per_position:
-            full = torch.from_numpy(c == length).to(device)
-            pos_sum += losses[full].sum(0, dtype=torch.float64)
-            pos_windows += int(full.sum())
-    pos_mean = (pos_sum / pos_windows).cpu().numpy() if per_position and pos_windows else None
-    return float(total), pos_mean
+        target_loss[index[scored]] = losses[scored]
+        if buckets is not None:
+            full = losses[torch.from_numpy(c == length).to(device)]
+            cum = torch.nn.functional.pad(full.cumsum(1), (1, 0))
+            means = (cum[:, stops] - cum[:, starts]) / (stops - starts)
+            bucket_sum += means.sum(0)
+            bucket_sq += (means**2).sum(0)
+            windows += len(full)
+        if progress is not None:
+            progress(len(e))
+    by_bucket = None
+    if buckets is not None and windows:
+        mean = bucket_sum / windows
+        se = (((bucket_sq - windows * mean**2).clamp_min(0) / (windows - 1)) / windows).sqrt() \
+            if windows > 1 else None
+        by_bucket = {"windows": windows, "loss": mean.cpu().tolist(),
+                     "loss_se": se.cpu().tolist() if se is not None else [None] * len(mean)}
+    return target_loss.cpu().numpy(), by_bucket
 
 
-def bucket(values: np.ndarray, n_buckets: int) -> tuple[list[int], list[int], list[float]]:
-    """Mean of ``values`` over at most n_buckets runs of positions whose ends grow
-    geometrically (1, 2, 3, 5, ... up to the window), so early positions -- where the
-    early-token curse lives -- keep their detail and late ones average many positions.
-    Returns (first positions, ends (exclusive), means)."""
-    n = len(values)
-    ends = sorted({max(1, round(n ** (i / n_buckets))) for i in range(1, n_buckets + 1)})
-    starts = [0, *ends[:-1]]
-    return starts, ends, [float(values[s:e].mean()) for s, e in zip(starts, ends, strict=True)]
+def bucket_edges(length: int, per_doubling: int) -> tuple[np.ndarray, np.ndarray]:
+    """Buckets of window positions (0-based starts, exclusive ends) whose edges are the same
+    for every run: the 1-based positions 2^(k/per_doubling), rounded, so early positions --
+    where the early-token curse lives -- keep their detail, late ones average many, and a
+    run trained at 64 is bucketed exactly as one evaluated at 1024 up to position 64."""
+    k = np.arange(0, int(per_doubling * math.log2(max(length, 1))) + 2)
+    cuts = np.unique(np.round(2.0 ** (k / per_doubling)).astype(np.int64))
+    ends = np.append(cuts[(cuts > 0) & (cuts < length)], length)
+    return np.concatenate([[0], ends[:-1]]), ends
 
 
 def point(mode: str, length: int, stride: int, first: int, n_tokens: int) -> dict:
@@ -144,23 +166,29 @@ def extrapolation_curve(
     per_position_buckets: int,
     device: torch.device,
     token_bytes: np.ndarray | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> tuple[list[dict], dict | None]:
-    """One point per length, and the per-position loss at the longest applicable length.
+    """One point per length, and the per-position loss at the longest applicable length
+    (``per_position_buckets`` buckets per doubling of position, see bucket_edges).
 
+    Each point carries its uncertainty (posexp/stats.py): the summed loss of each block of
+    the scored targets (``block_loss``, ``block_tokens``; the same blocks at every length)
+    and the bootstrap interval of its perplexity (``ppl_low``, ``ppl_high``).
     ``token_bytes[id]`` is how many bytes token ``id`` decodes to (None: one byte each), so
-    that bits per byte compare runs with different tokenizers.
+    that bits per byte compare runs with different tokenizers.  ``progress`` is called with
+    the number of windows each batch scored (count_windows gives the total).
     """
     check_val_size(len(val), lengths, n_tokens)
     first, _ = scored_region(len(val), n_tokens)
     targets = np.asarray(val[first + 1 : first + n_tokens + 1], dtype=np.int64)
     n_bytes = int(token_bytes[targets].sum()) if token_bytes is not None else n_tokens
     limit = model.max_positions
-    applicable = [L for L in lengths if limit is None or limit >= L]
+    applicable = applicable_lengths(lengths, limit)
     longest = max(applicable, default=None)
     model.eval()
     curve, per_position = [], None
     for length in sorted(lengths):
-        s = length if mode == "nonoverlapping" else (stride or max(1, length // 2))
+        s = window_stride(length, mode, stride)
         p = point(mode, length, s, first, n_tokens)
         if length not in applicable:
             p["applicable"] = False
@@ -170,42 +198,67 @@ def extrapolation_curve(
             )
             curve.append(p)
             continue
-        want_positions = length == longest and mode == "nonoverlapping"
+        edges = bucket_edges(length, per_position_buckets) \
+            if length == longest and s == length else None
         t0 = time.perf_counter()
-        total, pos_mean = score_windows(
-            model, val, length, s, first, n_tokens, batch_tokens, device, want_positions
-        )
+        losses, by_bucket = score_windows(model, val, length, s, first, n_tokens,
+                                          batch_tokens, device, edges, progress)
         p["seconds"] = round(time.perf_counter() - t0, 3)
+        total = float(losses.sum())
         p["loss"] = total / n_tokens
         p["ppl"] = math.exp(p["loss"])
         p["bits_per_token"] = p["loss"] / math.log(2)
         p["bits_per_byte"] = total / n_bytes / math.log(2)
+        p["block_loss"], p["block_tokens"] = stats.block_sums(losses)
+        p["ppl_low"], p["ppl_high"] = stats.ppl_interval(p)
         curve.append(p)
-        if pos_mean is not None:
-            per_position = per_position_record(length, first, n_tokens, pos_mean,
-                                               per_position_buckets)
+        if by_bucket is not None:
+            per_position = per_position_record(length, first, n_tokens, edges, by_bucket)
     if per_position is None and longest is not None:
         # sliding mode scores only the tail of each window; the per-position curve needs
         # whole windows, so it takes one nonoverlapping pass at the longest length
-        _, pos_mean = score_windows(
-            model, val, longest, longest, first, n_tokens, batch_tokens, device, True
-        )
-        if pos_mean is not None:
-            per_position = per_position_record(longest, first, n_tokens, pos_mean,
-                                               per_position_buckets)
+        edges = bucket_edges(longest, per_position_buckets)
+        _, by_bucket = score_windows(model, val, longest, longest, first, n_tokens,
+                                     batch_tokens, device, edges, progress)
+        if by_bucket is not None:
+            per_position = per_position_record(longest, first, n_tokens, edges, by_bucket)
     return curve, per_position
 
 
-def per_position_record(
-    length: int, first: int, n_tokens: int, pos_mean: np.ndarray, n_buckets: int
-) -> dict:
-    starts, ends, means = bucket(pos_mean, n_buckets)
+def applicable_lengths(lengths: list[int], max_positions: int | None) -> list[int]:
+    return [L for L in lengths if max_positions is None or max_positions >= L]
+
+
+def count_windows(lengths: list[int], mode: str, stride: int | None, n_tokens: int,
+                  max_positions: int | None = None) -> int:
+    """How many windows ``extrapolation_curve`` scores (a progress bar's total): every
+    applicable length, and in sliding mode the nonoverlapping pass at the longest one."""
+    lengths = applicable_lengths(lengths, max_positions)
+    total = sum(len(window_plan(0, n_tokens, window_stride(L, mode, stride))[0])
+                for L in lengths)
+    longest = max(lengths, default=None)
+    if longest is not None and window_stride(longest, mode, stride) != longest:
+        total += len(window_plan(0, n_tokens, longest)[0])
+    return total
+
+
+def window_stride(length: int, mode: str, stride: int | None) -> int:
+    return length if mode == "nonoverlapping" else (stride or max(1, length // 2))
+
+
+def per_position_record(length: int, first: int, n_tokens: int,
+                        edges: tuple[np.ndarray, np.ndarray], by_bucket: dict) -> dict:
+    """The per-position loss of whole nonoverlapping windows: each bucket of positions
+    ``position`` .. ``position_end`` - 1 (0-based) with its mean loss and the standard error
+    of that mean across windows (null for one window)."""
     return {
+        "mode": "nonoverlapping",
         "length": length,
         "first_token": first,
         "tokens": n_tokens,
-        "windows": n_tokens // length,
-        "position": starts,
-        "position_end": ends,
-        "loss": means,
+        "windows": by_bucket["windows"],
+        "position": edges[0].tolist(),
+        "position_end": edges[1].tolist(),
+        "loss": by_bucket["loss"],
+        "loss_se": by_bucket["loss_se"],
     }

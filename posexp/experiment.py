@@ -31,12 +31,13 @@ from pathlib import Path
 
 import torch
 from omegaconf import DictConfig
+from tqdm.auto import tqdm
 
 from posexp import config as C
 from posexp.data import Corpus, load_corpus
 from posexp.distributed import World, barrier, join, leave
 from posexp.errors import PosexpError, UsageError
-from posexp.evaluate import check_val_size, extrapolation_curve, scored_region
+from posexp.evaluate import check_val_size, count_windows, extrapolation_curve, scored_region
 from posexp.model import GPT
 from posexp.runs import CHECKPOINT, RUN, Run, code_version, now, point_key, versions
 from posexp.sinks import Sink, open_sink
@@ -163,9 +164,10 @@ def requested_curve(run: Run, cfg: DictConfig, val_tokens: int) -> list[dict]:
 
 
 def evaluate(run: Run, cfg: DictConfig, device: torch.device,
-             lengths: list[int] | None = None) -> None:
+             lengths: list[int] | None = None, header: str | None = None) -> None:
     """Score a completed run's checkpoint at ``lengths`` (default: every length of
-    cfg.eval) and merge the points into its eval.json; no training."""
+    cfg.eval) and merge the points into its eval.json; no training.  ``header`` is printed
+    once the checkpoint is loaded, before the scoring starts."""
     info = run.info()
     corpus = load_corpus(cfg.data)
     trained_on = info.get("corpus") if isinstance(info.get("corpus"), dict) else {}
@@ -183,6 +185,8 @@ def evaluate(run: Run, cfg: DictConfig, device: torch.device,
         raise PosexpError(f"{run.path / CHECKPOINT} does not match config.yaml: "
                           f"{str(e).splitlines()[0]}") from None
     model.to(device)
+    if header:
+        print(header, file=sys.stderr)
     with signals_interrupt(info.get("steps", 0), "during evaluation; nothing was written to "
                            "eval.json; run the same command again to score it"):
         _, seconds = score(model, corpus, cfg, run, Sink(), device, lengths)
@@ -193,14 +197,22 @@ def evaluate(run: Run, cfg: DictConfig, device: torch.device,
 
 def evaluate_dir(path: Path, cfg: DictConfig) -> None:
     """`posexp eval`: score every point cfg.eval asks for (again, if eval.json has it: a new
-    kernel or device replaces it), under the run's lock."""
+    kernel or device replaces it), under the run's lock; a line says what before it scores."""
     run = Run(path)
     with run.lock():
         info = run.info()
         if info.get("status") != "completed":
             raise UsageError(f"{path} has status {info.get('status')!r}; only completed runs "
                              "can be evaluated")
-        evaluate(run, C.resolve(cfg), pick_device(cfg, training=False))
+        cfg = C.resolve(cfg)
+        device = pick_device(cfg, training=False)
+        e = cfg.eval
+        stride = "" if C.EvalMode(e.mode) == C.EvalMode.nonoverlapping else (
+            f", stride {e.stride}" if e.stride else ", stride half of each window")
+        evaluate(run, cfg, device, header=(
+            f"posexp eval: {path}: {C.EvalMode(e.mode).value}{stride} at "
+            f"{', '.join(map(str, e.lengths))} on the last {e.tokens:,} validation tokens "
+            f"({device})"))
 
 
 @contextlib.contextmanager
@@ -223,14 +235,21 @@ def signals_interrupt(step: int, advice: str) -> Iterator[None]:
 
 
 def score(model: GPT, corpus: Corpus, cfg: DictConfig, run: Run, sink: Sink,
-          device: torch.device, lengths: list[int] | None = None) -> tuple[list[dict], float]:
-    """The extrapolation curve at ``lengths`` (default cfg.eval's), written to eval.json."""
+          device: torch.device, lengths: list[int] | None = None,
+          progress: bool = True) -> tuple[list[dict], float]:
+    """The extrapolation curve at ``lengths`` (default cfg.eval's), written to eval.json.
+    ``progress`` shows a bar over the windows scored, on a terminal only."""
     e = cfg.eval
+    lengths = lengths or C.eval_lengths(cfg)
+    mode = C.EvalMode(e.mode).value
     t0 = time.perf_counter()
-    curve, per_position = extrapolation_curve(
-        model, corpus.val, lengths or C.eval_lengths(cfg), C.EvalMode(e.mode).value, e.stride,
-        e.tokens, e.batch_tokens, e.per_position_buckets, device, corpus.token_bytes,
-    )
+    with tqdm(total=count_windows(lengths, mode, e.stride, e.tokens, model.max_positions),
+              unit="win", desc=f"scoring {mode}", leave=False, dynamic_ncols=True,
+              disable=None if progress else True, file=sys.stderr) as bar:
+        curve, per_position = extrapolation_curve(
+            model, corpus.val, lengths, mode, e.stride, e.tokens, e.batch_tokens,
+            e.per_position_buckets, device, corpus.token_bytes, progress=bar.update,
+        )
     seconds = time.perf_counter() - t0
     run.write_eval(curve, per_position, train_seq_len=cfg.train.seq_len,
                    encoding=cfg.encoding.name, corpus=corpus.fingerprint)
@@ -304,7 +323,8 @@ def train_and_evaluate(cfg: DictConfig, run: Run, same: bool, device: torch.devi
                                    "and checkpointed; run the same command again to finish "
                                    "the evaluation"):
                 run.update(eval_started_at=now())
-                curve, seconds = score(model, corpus, cfg, run, sink, device)
+                curve, seconds = score(model, corpus, cfg, run, sink, device,
+                                       progress=progress)
     except Diverged as e:
         end(run, sink, "diverged", str(e), **e.fields)
         raise

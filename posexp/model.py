@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from posexp.attention import causal_attention
-from posexp.encodings import PositionalEncoding, build_encoding
-from posexp.encodings.rope import apply_rotary
+from posexp.encodings import ModelShape, PositionalEncoding, build_encoding
+from posexp.encodings.base import Rotation
+from posexp.encodings.rope import RotaryPositions, apply_rotary
+from posexp.encodings.rope_scaling import RopeScaling
 
 
 @dataclass
@@ -22,17 +25,19 @@ class GPTConfig:
     n_head: int
     d_ff: int
     encoding: str
-    max_positions: int  # learned: rows in the table; other encodings ignore it
-    rope_base: float = 10000.0
+    max_positions: int  # encoding.max_positions: learned's rows; other encodings ignore it
+    rope_base: float = 10000.0  # encoding.base: rope's and xpos's rotary base
     dropout: float = 0.0
     tie_weights: bool = True
-    attention: str = "auto"  # ALiBi's kernel: auto | sdpa | flex | flash (posexp/attention.py)
+    attention: str = "auto"  # the score bias's kernel: auto | sdpa | flex | flash (attention.py)
+    # encoding.hparams: the encoding's own hyperparameters; the paper's defaults where absent
+    encoding_hparams: dict[str, Any] = field(default_factory=dict)
 
 
 class CausalSelfAttention(nn.Module):
-    def __init__(self, cfg: GPTConfig) -> None:
+    def __init__(self, cfg: GPTConfig, layer: int) -> None:
         super().__init__()
-        self.n_head = cfg.n_head
+        self.n_head, self.layer = cfg.n_head, layer
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
         self.dropout = cfg.dropout
@@ -41,22 +46,23 @@ class CausalSelfAttention(nn.Module):
     def forward(
         self,
         x: torch.Tensor,
-        rotary: tuple[torch.Tensor, torch.Tensor] | None,
-        slopes: torch.Tensor | None,
+        rotary: tuple[Rotation, Rotation] | None,
+        bias: PositionalEncoding | None,
     ) -> torch.Tensor:
         b, t, d = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.n_head, d // self.n_head).permute(2, 0, 3, 1, 4)
         if rotary is not None:
-            q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
-        y = causal_attention(q, k, v, slopes, self.dropout if self.training else 0.0, self.kernel)
+            q, k = apply_rotary(q, *rotary[0]), apply_rotary(k, *rotary[1])
+        y = causal_attention(q, k, v, bias, self.layer, self.dropout if self.training else 0.0,
+                             self.kernel)
         return self.proj(y.transpose(1, 2).reshape(b, t, d))
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: GPTConfig) -> None:
+    def __init__(self, cfg: GPTConfig, layer: int) -> None:
         super().__init__()
         self.ln1 = nn.LayerNorm(cfg.d_model)
-        self.attn = CausalSelfAttention(cfg)
+        self.attn = CausalSelfAttention(cfg, layer)
         self.ln2 = nn.LayerNorm(cfg.d_model)
         self.mlp = nn.Sequential(
             nn.Linear(cfg.d_model, cfg.d_ff, bias=False),
@@ -65,8 +71,8 @@ class Block(nn.Module):
         )
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x, rotary, slopes):
-        x = x + self.drop(self.attn(self.ln1(x), rotary, slopes))
+    def forward(self, x, rotary, bias):
+        x = x + self.drop(self.attn(self.ln1(x), rotary, bias))
         return x + self.drop(self.mlp(self.ln2(x)))
 
 
@@ -75,11 +81,15 @@ class GPT(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        # The encoding initialises its own parameters, as its paper does.  The bias encodings
+        # hold plain Parameters, which _init_weights below (nn.Linear, nn.Embedding) leaves
+        # alone; learned's table is an nn.Embedding, drawn again there from the same normal.
         self.encoding: PositionalEncoding = build_encoding(
-            cfg.encoding, cfg.d_model, cfg.n_head, cfg.max_positions, cfg.rope_base
+            cfg.encoding, ModelShape(cfg.d_model, cfg.n_head, cfg.n_layer),
+            cfg.encoding_hparams, cfg.rope_base, cfg.max_positions,
         )
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.blocks = nn.ModuleList(Block(cfg, layer) for layer in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_weights:
@@ -99,12 +109,26 @@ class GPT(nn.Module):
     def max_positions(self) -> int | None:
         return self.encoding.max_positions
 
+    def set_rope_scaling(
+        self, scaling: RopeScaling | None, original_len: int | None = None
+    ) -> None:
+        """Score or fine-tune with RoPE scaled for context extension; None restores plain RoPE.
+
+        original_len is the length the weights were first trained at (train.seq_len; for a
+        fine-tune, its parent's).  Only cos and sin change (posexp/encodings/rope_scaling.py);
+        the weights and the checkpoint do not.
+        """
+        if not isinstance(self.encoding, RotaryPositions):
+            raise ValueError(f"RoPE scaling needs encoding=rope, not {self.cfg.encoding}")
+        self.encoding.set_scaling(scaling, original_len)
+
     def n_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
     def hidden(self, idx: torch.Tensor) -> torch.Tensor:
         """Final-norm hidden states [batch, seq, d_model] for token ids [batch, seq]."""
         seq_len = idx.shape[1]
+        self.encoding.constrain()
         x = self.tok_emb(idx)
         if self.encoding.token_scale != 1.0:
             x = x * self.encoding.token_scale
@@ -112,10 +136,10 @@ class GPT(nn.Module):
         if pe is not None:
             x = x + pe
         x = self.drop(x)
-        rotary = self.encoding.rotary(seq_len, idx.device)
-        slopes = self.encoding.attention_slopes()
+        rotary = self.encoding.rotary_qk(seq_len, idx.device)
+        bias = self.encoding if self.encoding.bias_kernels else None
         for block in self.blocks:
-            x = block(x, rotary, slopes)
+            x = block(x, rotary, bias)
         return self.ln_f(x)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -1,32 +1,45 @@
 """Plots and tables across runs, read through runs.py (run.json, config.yaml, eval.json).
 
 Runs form one series when their identities (config.identity: every key that determines the
-weights) are equal except the seed, and their points are of the same mode and scored region;
-a series is the mean over its distinct seeds, with a min-max band.  A series' label names
-its encoding and training length, and whatever else tells the series of one report apart.
-Only completed runs are plotted; the others, damaged ones included, are listed with their
-reason.
+weights) are equal except the seed, and their points are of the same mode and scored region.
+A series is the mean over its distinct seeds, with a 95% interval (posexp/stats.py): with
+two seeds or more, Student-t across the seeds; with one, the bootstrap over blocks of the
+scored tokens that eval.json records for each point (paired, for a ratio of two lengths).
+Sliding points scored with several strides give one curve per stride.  A series' label
+names its encoding and training length, and whatever else tells the series of one report
+apart.  Only completed runs are plotted; the others, damaged ones included, are listed with
+their reason, and a run without points of a mode is named under that mode's figure and
+table, never silently left out.
+
+Figures: one colour per encoding, from Okabe & Ito's palette (which colour-blind readers
+can tell apart), the same in every figure; line style and marker tell apart the series of
+one encoding.  Legends and captions sit outside the axes, so they hide no point.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import math
 import sys
+import textwrap
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import NormalDist
 
 from posexp.errors import PosexpError
 from posexp.runs import DAMAGED, MODES, Region, RunResult, atomic_write, atomic_write_text
 from posexp.runs import load_runs as load_runs  # cli.py imports it from here
+from posexp.stats import LEVEL, Interval, ratio_interval, t_interval
 
 ENCODING_ORDER = ["nope", "learned", "sinusoidal", "rope", "alibi"]
 CSV_COLUMNS = ["experiment", "run", "series", "encoding", "train_seq_len", "seed", "n_params",
                "d_model", "n_layer", "n_head", "corpus", "corpus_fingerprint", "tokenizer",
                "tokenizer_fingerprint", "steps", "tokens_trained", "mode", "stride", "length",
-               "first_token", "tokens", "applicable", "loss", "ppl", "bits_per_token",
-               "bits_per_byte", "reason"]
+               "first_token", "tokens", "applicable", "loss", "ppl", "ppl_low", "ppl_high",
+               "bits_per_token", "bits_per_byte", "reason"]
 POINT_COLUMNS = CSV_COLUMNS[CSV_COLUMNS.index("mode"):]
 
 ENCODING, TRAIN_LEN, SEED = "encoding.name", "train.seq_len", "seed"
@@ -35,12 +48,47 @@ ENCODING, TRAIN_LEN, SEED = "encoding.name", "train.seq_len", "seed"
 # rest of the label leaves alike, so runs at two lengths are not labelled "batch_size=32".
 DERIVED = ("model.d_ff", "encoding.max_positions", "train.batch_size")
 
+# Okabe & Ito's colour-blind-safe palette: each encoding has its own colour in every figure
+# of every report; encodings beyond these take the spare ones in report order, yellow (faint
+# on white) last, and past the palette a colour repeats with other line styles.
+ENCODING_COLOURS = {"nope": "#000000", "learned": "#E69F00", "sinusoidal": "#009E73",
+                    "rope": "#0072B2", "alibi": "#D55E00"}
+SPARE_COLOURS = ["#CC79A7", "#56B4E9", "#F0E442"]
+# (line style, marker) of the k-th series of one colour: the first 32 pairs all differ
+LINESTYLES = ["-", "--", ":", "-."]
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
+STYLES = [(LINESTYLES[k % 4], MARKERS[(k + k // 8) % 8]) for k in range(32)]
+GREY = "#777777"  # training lengths and the ratio 1: reference lines, no series' colour
+MIN_SPAN = 1.05   # a perplexity or ratio axis spans at least x/÷ 5% around its data's middle
+HALF = "L/2"      # the sliding stride when eval.stride is unset: half of each window
+NO_INTERVAL = "no interval recorded"
+PERCENT = f"{LEVEL:.0%}"
+
 
 def warn(message: str) -> None:
     print(f"posexp: warning: {message}", file=sys.stderr)
 
 
 # --- series ------------------------------------------------------------------------------
+def _region(p: dict) -> Region:
+    return p["first_token"], p["tokens"]
+
+
+def _follows(p: dict, stride: str) -> bool:
+    """Whether sliding point ``p`` was scored with the stride setting ``stride``."""
+    return p["stride"] == (max(1, p["length"] // 2) if stride == HALF else int(stride))
+
+
+def stride_settings(points: list[dict]) -> list[str]:
+    """The stride settings sliding ``points`` were scored with: HALF (eval.stride unset: half
+    of each window) when some point can only be that, then each fixed eval.stride.  A point
+    whose stride is half its window and also a fixed stride of other points belongs to both."""
+    fixed = sorted({p["stride"] for p in points if p["stride"] != max(1, p["length"] // 2)})
+    half = any(p["stride"] == max(1, p["length"] // 2) and p["stride"] not in fixed
+               for p in points)
+    return [HALF] * half + [str(s) for s in fixed]
+
+
 @dataclass
 class Series:
     """Completed runs of one identity but the seed, scored in one mode on one region: one
@@ -52,7 +100,9 @@ class Series:
     members: list[RunResult]
     parts: list[tuple[str, str]] = field(default_factory=list)  # label: (key name, value)
     scored: str | None = None  # label: the region, when the report holds more than one
-    colour: str = "C0"
+    strides: list[str | None] = field(default_factory=lambda: [None])  # sliding: settings
+    colour: str = ENCODING_COLOURS["nope"]
+    styles: dict[str | None, tuple[str, str]] = field(default_factory=dict)  # per stride
 
     @property
     def encoding(self) -> str:
@@ -73,8 +123,12 @@ class Series:
         """(heading, value) of what tells this series apart beyond encoding and length."""
         return [*self.parts, *([("scored", self.scored)] if self.scored else [])]
 
-    def stats(self) -> dict[int, dict]:
-        return curve_stats(self.members, self.mode, self.region)
+    def points(self, run: RunResult, stride: str | None) -> dict[int, dict]:
+        """length -> ``run``'s point of this series' mode and region (and, sliding, of the
+        stride setting ``stride``)."""
+        return {p["length"]: p for p in run.curve
+                if p["mode"] == self.mode and _region(p) == self.region
+                and (stride is None or _follows(p, stride))}
 
 
 def config_key(run: RunResult) -> tuple:
@@ -122,8 +176,16 @@ def region_text(region: Region) -> str:
     return f"{tokens} tok @ {first}"
 
 
+def encoding_colours(encodings: list[str]) -> dict[str, str]:
+    """The colour of each of ``encodings`` (in report order): its own, or the next spare."""
+    spare = SPARE_COLOURS + list(ENCODING_COLOURS.values())
+    others = [e for e in encodings if e not in ENCODING_COLOURS]
+    return {e: ENCODING_COLOURS.get(e) or spare[others.index(e) % len(spare)]
+            for e in encodings}
+
+
 def build_series(runs: list[RunResult]) -> tuple[list[Series], list[list[RunResult]]]:
-    """Every series of ``runs`` (completed runs), labelled and coloured, in report order:
+    """Every series of ``runs`` (completed runs), labelled and styled, in report order:
     encoding (ENCODING_ORDER), training length, the other label values, region, mode.  Also
     the groups of runs of one identity and one seed: only the first of each counts."""
     by_seed: dict[tuple, dict[object, list[RunResult]]] = defaultdict(dict)
@@ -145,6 +207,9 @@ def build_series(runs: list[RunResult]) -> tuple[list[Series], list[list[RunResu
         ident = identities[s.config]
         s.parts = [(names[k], _text(ident.get(k))) for k in keys]
         s.scored = region_text(s.region) if several_regions else None
+        if s.mode == "sliding":
+            s.strides = stride_settings([p for r in s.members for p in r.curve
+                                         if p["mode"] == s.mode and _region(p) == s.region])
 
     def order(s: Series) -> tuple:
         enc = s.encoding
@@ -154,10 +219,25 @@ def build_series(runs: list[RunResult]) -> tuple[list[Series], list[list[RunResu
                 MODES.index(s.mode))
 
     series.sort(key=order)
-    # one colour per config and region, the same in every figure
-    colours: dict[tuple, str] = {}
+    # a colour per encoding; a style per config and region among the series of one colour,
+    # the same in every figure (a series' first stride setting takes it, further ones the
+    # next free styles)
+    colours = encoding_colours(list(dict.fromkeys(s.encoding for s in series)))
+    taken: Counter = Counter()
+    styles: dict[tuple, tuple[str, str]] = {}
+
+    def style(key: tuple, colour: str) -> tuple[str, str]:
+        if key not in styles:
+            styles[key] = STYLES[taken[colour] % len(STYLES)]
+            taken[colour] += 1
+        return styles[key]
+
     for s in series:
-        s.colour = colours.setdefault((s.config, s.region), f"C{len(colours) % 10}")
+        s.colour = colours[s.encoding]
+        s.styles = {s.strides[0]: style((s.config, s.region), s.colour)}
+    for s in series:
+        s.styles.update({stride: style((s.config, s.region, stride), s.colour)
+                         for stride in s.strides[1:]})
     return series, list(duplicates.values())
 
 
@@ -188,6 +268,133 @@ def curve_stats(members: list[RunResult], mode: str, region: Region) -> dict[int
     return stats
 
 
+# --- curves: a series (and, sliding, one stride setting) as the figures and tables show it
+@dataclass
+class Cell:
+    """One length of a curve: the perplexity and its ratio to the perplexity at the training
+    length, each the mean over seeds with its interval; ``ppl`` None where the length is not
+    applicable (a learned table ends at its size), ``ratio`` None without a point at the
+    training length."""
+
+    ppl: Interval | None
+    ratio: Interval | None = None
+
+
+def _blocks_method(p: dict) -> str:
+    return f"bootstrap over {len(p['block_loss'])} blocks" if p.get("block_loss") \
+        else "bootstrap over blocks"
+
+
+def ppl_cell(points: list[dict]) -> Interval:
+    """The mean perplexity of one applicable point per seed: Student-t across two seeds or
+    more; one seed's own bootstrap interval (eval.json's ppl_low, ppl_high), if recorded."""
+    if len(points) > 1:
+        return t_interval([p["ppl"] for p in points], log=True)
+    [p] = points
+    if p.get("ppl_low") is None or p.get("ppl_high") is None:
+        return Interval(p["ppl"], None, None, 1, NO_INTERVAL)
+    return Interval(p["ppl"], p["ppl_low"], p["ppl_high"], 1, _blocks_method(p))
+
+
+def ratio_cell(pairs: list[tuple[dict, dict]]) -> Interval:
+    """The mean over seeds of ppl(length) / ppl(training length), from (point, point at the
+    training length) pairs: Student-t across two seeds or more; for one seed the paired
+    bootstrap (the same blocks drawn at both lengths) when both points hold their blocks."""
+    if len(pairs) > 1:
+        return t_interval([p["ppl"] / base["ppl"] for p, base in pairs], log=True)
+    [(p, base)] = pairs
+    if p.get("block_loss") and base.get("block_loss") \
+            and p.get("block_tokens") == base.get("block_tokens"):
+        return ratio_interval(p, base)
+    return Interval(p["ppl"] / base["ppl"], None, None, 1, NO_INTERVAL)
+
+
+@dataclass
+class Curve:
+    """What a figure draws as one line and a table prints as one row."""
+
+    series: Series
+    stride: str | None  # the sliding stride setting; None in nonoverlapping mode
+    label: str
+    cells: dict[int, Cell]
+
+    @property
+    def style(self) -> tuple[str, str]:
+        return self.series.styles[self.stride]
+
+    @property
+    def legend(self) -> str:
+        n = len(self.series.members)
+        return self.label + (f" ({n} seeds)" if n > 1 else "")
+
+
+def curve_cells(s: Series, stride: str | None) -> dict[int, Cell]:
+    """length -> the cell of series ``s`` (and, sliding, stride setting ``stride``), at every
+    length one of its seeds was scored at."""
+    by_run = [s.points(r, stride) for r in s.members]
+    cells = {}
+    for length in sorted({length for points in by_run for length in points}):
+        ok = [points for points in by_run if length in points and points[length]["applicable"]]
+        pairs = [(points[length], points[s.train_len]) for points in ok
+                 if s.train_len in points and points[s.train_len]["applicable"]]
+        cells[length] = Cell(ppl_cell([points[length] for points in ok]) if ok else None,
+                             ratio_cell(pairs) if pairs else None)
+    return cells
+
+
+def mode_curves(series: list[Series], mode: str) -> list[Curve]:
+    """The curves of ``mode``: one per series, or per series and stride setting (labelled
+    with it when the mode's curves hold more than one)."""
+    ours = [(s, stride) for s in series if s.mode == mode for stride in s.strides]
+    several = len({stride for _, stride in ours}) > 1
+    return [Curve(s, stride, s.label + (f" · stride {stride}" if several else ""),
+                  curve_cells(s, stride)) for s, stride in ours]
+
+
+def stride_note(curves: list[Curve]) -> str:
+    """', stride L/2' when every curve has the one sliding stride setting it names."""
+    strides = {c.stride for c in curves}
+    return f", stride {strides.pop()}" if len(strides) == 1 and None not in strides else ""
+
+
+def not_scored(series: list[Series], mode: str) -> list[str]:
+    """One line per run of the report (a seed of a config, on a region) that holds points of
+    another mode but none of ``mode``, with the command that scores it."""
+    have = {(s.config, s.region, r.seed) for s in series if s.mode == mode for r in s.members}
+    lines: dict[str, str] = {}
+    for s in series:
+        for r in s.members:
+            if (s.config, s.region, r.seed) not in have:
+                lines.setdefault(str(r.path), f"{s.label}: posexp eval {r.path} "
+                                              f"eval.mode={mode}")
+    return list(lines.values())
+
+
+def notes(curves: list[Curve], series: list[Series], mode: str) -> list[str]:
+    """What a figure or table of ``mode`` does not show and why: intervals not recorded,
+    lengths that are not applicable, curves without a point at their training length (no
+    ratio), runs not scored in this mode."""
+    lines = []
+    bare = [c.label for c in curves
+            if any(iv.method == NO_INTERVAL for cell in c.cells.values()
+                   for iv in (cell.ppl, cell.ratio) if iv)]
+    if bare:
+        which = "every curve" if len(bare) == len(curves) else ", ".join(bare)
+        lines.append(f"{NO_INTERVAL} (eval.json from before posexp kept block losses; "
+                     f"`posexp eval RUN` scores it again): {which}")
+    for c in curves:
+        na = [length for length, cell in c.cells.items() if cell.ppl is None]
+        if na:
+            lines.append(f"n/a (no position that far; posexp does not clamp): {c.label} at "
+                         f"{', '.join(map(str, na))}")
+        if c.cells and not any(cell.ratio for cell in c.cells.values()):
+            lines.append(f"no ratio (no point at its training length): {c.label}")
+    missing = not_scored(series, mode)
+    if missing:
+        lines.append(f"not scored in {mode} mode: " + "; ".join(missing))
+    return lines
+
+
 # --- tables ------------------------------------------------------------------------------
 def tidy_rows(runs: list[RunResult]) -> list[dict]:
     """One row per run x curve point, with the label of the series the point belongs to."""
@@ -209,7 +416,7 @@ def tidy_rows(runs: list[RunResult]) -> list[dict]:
             "steps": r.info.get("steps"), "tokens_trained": r.info.get("tokens_trained"),
         }
         for p in r.curve:
-            label = labels[(config_key(r), p["mode"], (p["first_token"], p["tokens"]))]
+            label = labels[(config_key(r), p["mode"], _region(p))]
             rows.append({**run_fields, "series": label,
                          **{k: p.get(k) for k in POINT_COLUMNS}})
     return rows
@@ -223,54 +430,78 @@ def csv_text(rows: list[dict]) -> str:
     return out.getvalue()
 
 
-def _fmt(x: float | None) -> str:
-    return "—" if x is None else f"{x:.3f}" if x < 100 else f"{x:.1f}"
+def _fmt(x: float) -> str:
+    """Four significant digits, never an exponent: 5.523, 14.82, 107.3, 12345."""
+    return f"{x:.{max(0, 3 - math.floor(math.log10(abs(x))))}f}" if x else "0"
 
 
-def _cells(s: Series, stats: dict[int, dict], lengths: list[int], ratios: bool) -> list[str]:
-    """Perplexity at each length; in markdown, bold at the training length, with its ratio to
-    the perplexity there."""
-    base = stats.get(s.train_len, {}).get("mean")
-    cells = []
-    for length in lengths:
-        st = stats.get(length)
-        if st is None:
-            cells.append("")
-        elif not st["applicable"]:
-            cells.append("n/a")
-        elif not ratios:
-            cells.append(_fmt(st["mean"]))
-        else:
-            ratio = f" ({st['mean'] / base:.2f}x)" if base else ""
-            mark = "**" if length == s.train_len else ""
-            cells.append(f"{mark}{_fmt(st['mean'])}{mark}{ratio}")
-    return cells
+def _cell_text(iv: Interval | None, fmt: Callable[[float], str], bold: bool = False,
+               interval: bool = True) -> str:
+    if iv is None:
+        return "—"
+    value = f"**{fmt(iv.value)}**" if bold else fmt(iv.value)
+    if not interval or iv.low is None or iv.high is None:
+        return value
+    return f"{value} [{fmt(iv.low)}, {fmt(iv.high)}]"
+
+
+def _ratio_fmt(x: float) -> str:
+    return f"{x:.3f}"
+
+
+def _table(curves: list[Curve], lengths: list[int], stride_column: bool,
+           ratios: bool) -> list[str]:
+    extra = [heading for heading, _ in curves[0].series.columns()]
+    extra += ["stride"] * stride_column
+    lines = ["| " + " | ".join(["encoding", "L_train", *extra, "seeds", *map(str, lengths)])
+             + " |",
+             "|---|---:|" + "---|" * len(extra) + "---:|" * (1 + len(lengths))]
+    for c in curves:
+        s = c.series
+        values = [value.replace("|", "/") for _, value in s.columns()]
+        values += [str(c.stride)] * stride_column
+        cells = []
+        for length in lengths:
+            cell, at_train_len = c.cells.get(length), length == s.train_len
+            if cell is None:
+                cells.append("")
+            elif cell.ppl is None:
+                cells.append("n/a")
+            elif ratios:  # 1 at the training length, by definition: no interval to give
+                cells.append(_cell_text(cell.ratio, _ratio_fmt, at_train_len,
+                                        interval=not at_train_len))
+            else:
+                cells.append(_cell_text(cell.ppl, _fmt, at_train_len))
+        lines.append("| " + " | ".join([s.encoding, str(s.train_len), *values,
+                                        str(len(s.members)), *cells]) + " |")
+    return lines
 
 
 def markdown(runs: list[RunResult], not_done: list[RunResult], title: str) -> str:
-    """Per mode, the table a paper prints: perplexity at each length and its ratio to the
-    perplexity at the training length, one row per series; a column for each key that tells
-    series apart."""
-    lines = [f"# {title}", ""]
+    """Per mode, the tables a paper prints: perplexity at each length, and its ratio to the
+    perplexity at the training length, each with its 95% interval, one row per curve; a
+    column for each key that tells series apart."""
     series, duplicates = build_series(runs)
+    lines = [f"# {title}", ""]
+    if series:
+        lines += [describe(series), ""]
     for mode in modes(runs):
-        rows = [s for s in series if s.mode == mode]
-        stats = [s.stats() for s in rows]
-        lengths = sorted({length for st in stats for length in st})
-        extra = [heading for heading, _ in rows[0].columns()]
-        lines += [f"## {mode}: perplexity (ratio to perplexity at the training length)", "",
-                  "| " + " | ".join(["encoding", "L_train", *extra, "seeds", *map(str, lengths)])
-                  + " |",
-                  "|---|---:|" + "---|" * len(extra) + "---:|" * (1 + len(lengths))]
-        for s, st in zip(rows, stats, strict=True):
-            values = [value.replace("|", "/") for _, value in s.columns()]
-            lines.append("| " + " | ".join([s.encoding, str(s.train_len), *values,
-                                            str(len(s.members)),
-                                            *_cells(s, st, lengths, ratios=True)]) + " |")
+        curves = mode_curves(series, mode)
+        lengths = sorted({length for c in curves for length in c.cells})
+        several = len({c.stride for c in curves}) > 1
+        heading = f"{mode}{stride_note(curves)}"
+        lines += [f"## {heading}: perplexity", "",
+                  f"Mean over seeds [{PERCENT} interval: Student-t across the seeds with two "
+                  "or more; with one, a bootstrap over blocks of the scored tokens]. Bold: at "
+                  "the training length.", "",
+                  *_table(curves, lengths, several, ratios=False), "",
+                  f"## {heading}: perplexity / perplexity at the training length", "",
+                  f"Mean over seeds [{PERCENT} interval: Student-t across the seeds with two "
+                  "or more; with one, a paired bootstrap, the same blocks drawn at both "
+                  "lengths].", "",
+                  *_table(curves, lengths, several, ratios=True), ""]
+        lines += [f"* {line}" for line in notes(curves, series, mode)]
         lines.append("")
-    if any(not p["applicable"] for r in runs for p in r.curve):
-        lines += ["n/a: the encoding has no position that far (a learned table ends at its "
-                  "size); posexp does not clamp.", ""]
     if duplicates:
         lines += ["Runs of the same config and seed, counted once (the first of each line):", ""]
         lines += [f"* {', '.join(str(r.path) for r in group)}" for group in duplicates]
@@ -285,103 +516,327 @@ def markdown(runs: list[RunResult], not_done: list[RunResult], title: str) -> st
 
 
 def terminal_table(runs: list[RunResult], mode: str = "nonoverlapping") -> str:
-    """series x length -> perplexity, for the end of a sweep."""
-    rows = [s for s in build_series(runs)[0] if s.mode == mode]
-    stats = [s.stats() for s in rows]
-    lengths = sorted({length for st in stats for length in st})
-    width = max([len("series"), *(len(s.label) for s in rows)]) + 2
-    lines = [f"perplexity ({mode}; mean over seeds)",
+    """curve x length -> perplexity (mean over seeds), for the end of a sweep."""
+    curves = mode_curves(build_series(runs)[0], mode)
+    lengths = sorted({length for c in curves for length in c.cells})
+    width = max([len("series"), *(len(c.label) for c in curves)]) + 2
+    lines = [f"perplexity ({mode}{stride_note(curves)}; mean over seeds)",
              f"{'series':<{width}}" + "".join(f"{length:>10}" for length in lengths)]
-    for s, st in zip(rows, stats, strict=True):
-        lines.append(f"{s.label:<{width}}"
-                     + "".join(f"{c:>10}" for c in _cells(s, st, lengths, ratios=False)))
+    for c in curves:
+        cells = [c.cells.get(length) for length in lengths]
+        lines.append(f"{c.label:<{width}}" + "".join(
+            f"{'' if cell is None else 'n/a' if cell.ppl is None else _fmt(cell.ppl.value):>10}"
+            for cell in cells))
     return "\n".join(lines)
 
 
 # --- figures -----------------------------------------------------------------------------
-def _describe(runs: list[RunResult]) -> str:
-    corpora = sorted({str((r.info.get("corpus") or {}).get("name", "?")) for r in runs})
-    sizes = sorted({r.info.get("n_params") or 0 for r in runs})
-    size = "/".join(f"{s / 1e6:.2f}M" for s in sizes)
+WIDTH = 10.0        # inches: 1300 px at DPI, read at ~800 px in a README
+DPI = 130
+TITLE_WRAP = 118    # characters per line of the title (11 pt) over the figure's width
+CAPTION_WRAP = 135  # and of the caption (9 pt)
+
+
+def _count(n: int, digits: int = 2) -> str:
+    """0.82M, 12,345."""
+    return f"{n / 1e6:.{digits}f}M" if n >= 100_000 else f"{n:,}"
+
+
+def _param_difference(s: Series, extra: int) -> str:
+    """``s``'s parameters beyond (or short of) the other runs' count, and why where posexp
+    knows."""
+    ident = s.members[0].identity
+    rows, width = ident.get("encoding.max_positions"), ident.get("model.d_model")
+    if s.encoding == "learned" and rows and width and rows * width == extra:
+        return f", +{extra:,} for its {rows}x{width} position table"
+    return f", {extra:+,}"
+
+
+def describe(series: list[Series]) -> str:
+    """The runs of ``series`` in words: corpus and tokens, model shape, parameters (and which
+    series differ, and why where posexp knows), training tokens."""
+    runs = list({str(r.path): r for s in series for r in s.members}.values())
+    corpora = sorted({f"{c.get('name', '?')} corpus, {c.get('tokenizer', '?')} tokens"
+                      for c in ((r.info.get("corpus") or {}) for r in runs)})
+    words = ["; ".join(corpora)]
     shapes = {tuple(r.identity.get(f"model.{k}") for k in ("d_model", "n_layer", "n_head"))
               for r in runs}
-    # the model's shape when every run shares it; otherwise the labels name what differs
-    dims = ""
-    if len(shapes) == 1 and None not in next(iter(shapes)):
-        d, n_layer, n_head = next(iter(shapes))
-        dims = f", d={d}, {n_layer} layers, {n_head} heads"
-    return f"corpus: {', '.join(corpora)}; model: {size} params{dims}"
+    shape = next(iter(shapes))
+    if len(shapes) == 1 and None not in shape:
+        d_model, n_layer, n_head = shape
+        words.append(f"d_model {d_model}, {n_layer} layer{'s' * (n_layer != 1)}, "
+                     f"{n_head} head{'s' * (n_head != 1)}")
+    else:
+        words.append("model shapes in the labels")
+    counts = Counter(r.info["n_params"] for r in runs if r.info.get("n_params"))
+    if counts:
+        usual = max(counts, key=lambda n: (counts[n], -n))  # on a tie, the smallest
+        others = {s.label: f"{s.label}: {_count(n)}{_param_difference(s, n - usual)}"
+                  for s in series if (n := s.members[0].info.get("n_params")) and n != usual}
+        words.append(f"{_count(usual)} parameters"
+                     + (f" ({'; '.join(others.values())})" if others else ""))
+    trained = sorted({r.info["tokens_trained"] for r in runs if r.info.get("tokens_trained")})
+    if trained:
+        span = " to ".join(dict.fromkeys(_count(n, 1) for n in (trained[0], trained[-1])))
+        words.append(f"trained on {span} tokens")
+    return " · ".join(words)
 
 
-def _axes():
+def _scored_text(regions: set[Region]) -> str:
+    if len(regions) == 1:
+        return f"the same {next(iter(regions))[1]:,} validation tokens"
+    return "the same validation tokens at every length (one region per label)"
+
+
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    return plt.subplots(figsize=(8, 5.2), constrained_layout=True)
+    return plt
 
 
-def _finish(ax, xlabel: str, ylabel: str, title: str) -> None:
+def _figure(title: str, subtitle: str, height: float, rows: int = 1,
+            height_ratios: list[int] | None = None):
+    """A figure with the title over its whole width and, below it, a body of ``rows`` axes
+    stacked on one x axis (the body also holds the legend, to their right, and the caption,
+    below them).  Returns (figure, body, axes)."""
+    lines = [*textwrap.wrap(title, TITLE_WRAP), *textwrap.wrap(subtitle, TITLE_WRAP)]
+    head_height = 0.22 * len(lines) + 0.15
+    fig = _pyplot().figure(figsize=(WIDTH, head_height + height), layout="constrained")
+    head, body = fig.subfigures(2, 1, height_ratios=[head_height, height])
+    head.text(0.01, 0.5, "\n".join(lines), ha="left", va="center", fontsize=11)
+    axes = body.subplots(rows, 1, sharex=True, height_ratios=height_ratios, squeeze=False)
+    for ax in axes[:, 0]:
+        ax.grid(True, which="major", color="#dddddd", linewidth=0.8)
+        ax.tick_params(labelsize=10, labelbottom=True)
+    return fig, body, list(axes[:, 0])
+
+
+def _log_ticks(lo: float, hi: float) -> list[float]:
+    """Plain round numbers for a log axis from ``lo`` to ``hi``: 1, 2, 5 in each decade (and
+    3 where that gives fewer than four), or, over a short span, evenly spaced ones."""
+    from matplotlib.ticker import MaxNLocator
+
+    decades = range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+    for steps in ((1, 2, 5), (1, 2, 3, 5)):
+        ticks = [m * 10.0**d for d in decades for m in steps if lo <= m * 10.0**d <= hi]
+        if len(ticks) >= 4:
+            return ticks
+    if len(ticks) >= 3:
+        return ticks
+    return [t for t in MaxNLocator(5, steps=[1, 2, 2.5, 5, 10]).tick_values(lo, hi)
+            if lo <= t <= hi]
+
+
+def _log_y(ax, intervals: list[Interval], extra: tuple[float, ...] = ()) -> None:
+    """A log y axis over the values of ``intervals`` (and ``extra``) and their bands, a band
+    cut off at twice the values' range (a t interval over few seeds can be that wide, or
+    reach below zero); at least MIN_SPAN either side of the middle, so that a change of a
+    fraction of a percent looks as small as it is.  Plain tick labels."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+
+    values = [iv.value for iv in intervals if iv.value > 0] + list(extra) or [1.0]
+    ends = [x for iv in intervals for x in (iv.low, iv.high) if x is not None and x > 0]
+    lo = max(min([*values, *ends]), min(values) / 2)
+    hi = min(max([*values, *ends]), max(values) * 2)
+    middle = math.sqrt(lo * hi)
+    lo, hi = min(lo, middle / MIN_SPAN), max(hi, middle * MIN_SPAN)
+    pad = (hi / lo) ** 0.04
+    ax.set_yscale("log")
+    ax.set_ylim(lo / pad, hi * pad)
+    ax.yaxis.set_major_locator(FixedLocator(_log_ticks(lo / pad, hi * pad)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+def _log2_x(ax, ticks: list[int], lo: float, hi: float) -> None:
+    """A log2 x axis with plain labels exactly at ``ticks``."""
+    from matplotlib.ticker import NullLocator
+
     ax.set_xscale("log", base=2)
-    ax.set_xlabel(f"{xlabel} (log₂ scale); dotted: training length")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=10)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.set_xticks(ticks, [str(t) for t in ticks])
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlim(lo, hi)
+
+
+def _draw(ax, colour: str, style: tuple[str, str], xs: list[float],
+          intervals: list[Interval], label: str | None = None, alpha: float = 0.18) -> None:
+    """A curve and its intervals: a band (of opacity ``alpha``), or an error bar for a lone
+    point."""
+    linestyle, marker = style
+    ys = [iv.value for iv in intervals]
+    # a lone point (a learned table ends at its training length) is drawn above the curves
+    # that may pass through it
+    ax.plot(xs, ys, color=colour, linestyle=linestyle, marker=marker, markersize=5,
+            linewidth=1.6, label=label, zorder=3 + (len(xs) == 1))
+    low = [math.nan if iv.low is None else iv.low for iv in intervals]
+    high = [math.nan if iv.high is None else iv.high for iv in intervals]
+    if len(xs) == 1 and not math.isnan(low[0]):
+        ax.errorbar(xs, ys, yerr=[[ys[0] - low[0]], [high[0] - ys[0]]], color=colour,
+                    capsize=3, linewidth=1, zorder=4)
+    elif len(xs) > 1:
+        ax.fill_between(xs, low, high, color=colour, alpha=alpha, linewidth=0, zorder=2)
+
+
+def _train_lengths(axes: list, lengths: list[int]) -> None:
+    """A grey dotted line at each training length inside the x axis' limits, labelled in
+    the first of ``axes``."""
+    lo, hi = axes[0].get_xlim()
+    for length in (x for x in lengths if lo < x < hi):
+        for ax in axes:
+            ax.axvline(length, color=GREY, linestyle=":", linewidth=1.2, zorder=1)
+        axes[0].annotate(f"L={length}", xy=(length, 1), xycoords=("data", "axes fraction"),
+                         xytext=(3, -3), textcoords="offset points", ha="left", va="top",
+                         fontsize=9, color=GREY, in_layout=False)
+
+
+def _legend_and_caption(body, ax, caption: list[str], bands: bool) -> None:
+    """The series' legend to the right of the axes and the caption below them: outside the
+    data, so that neither hides a point.  ``bands``: whether the figure draws intervals."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    handles, labels = ax.get_legend_handles_labels()
+    handles.append(Line2D([], [], color=GREY, linestyle=":", linewidth=1.2))
+    labels.append("training length L")
+    if bands:
+        handles.append(Patch(color=GREY, alpha=0.3, linewidth=0))
+        labels.append(f"{PERCENT} interval")
+    body.legend(handles, labels, loc="outside right upper", fontsize=10, frameon=False)
+    lines = [line for text in caption  # paths and commands stay whole
+             for line in textwrap.wrap(text, CAPTION_WRAP, subsequent_indent="    ",
+                                       break_long_words=False, break_on_hyphens=False)]
+    if lines:
+        blank = Line2D([], [], linestyle="none")
+        body.legend([blank] * len(lines), lines, loc="outside lower left", fontsize=9,
+                    frameon=False, handlelength=0, handletextpad=0, borderaxespad=0.2,
+                    labelspacing=0.25)
+
+
+def _interval_caption(intervals: list[Interval]) -> list[str]:
+    """What the bands are."""
+    methods = sorted({iv.method for iv in intervals if iv.method != NO_INTERVAL},
+                     key=lambda m: (m.startswith("bootstrap"), m))
+    texts = [m + (" of the scored tokens (one seed; a ratio's is paired: the same blocks "
+                  "drawn at both lengths)" if m.startswith("bootstrap") else "")
+             for m in methods]
+    return [f"Lines: mean over seeds. Bands: {PERCENT} intervals, " + "; ".join(texts)
+            + "."] if texts else []
 
 
 def extrapolation_figure(runs: list[RunResult], mode: str):
-    fig, ax = _axes()
-    for s in build_series(runs)[0]:
-        if s.mode != mode:
-            continue
-        stats = s.stats()
-        xs = [length for length, st in stats.items() if st["applicable"]]
-        if not xs:
-            continue
-        label = s.label + (f" ({len(s.members)} seeds)" if len(s.members) > 1 else "")
-        if len(xs) < len(stats):
-            skipped = [length for length, st in stats.items() if not st["applicable"]]
-            label += f" — n/a at {', '.join(map(str, skipped))}"
-        ax.plot(xs, [stats[x]["mean"] for x in xs], "o-", color=s.colour, label=label)
-        if len(s.members) > 1:
-            ax.fill_between(xs, [stats[x]["min"] for x in xs], [stats[x]["max"] for x in xs],
-                            color=s.colour, alpha=0.2, linewidth=0)
-        ax.axvline(s.train_len, color=s.colour, linestyle=":", linewidth=1)
-    ax.set_yscale("log")
-    _finish(ax, "evaluation length in tokens", "perplexity (log scale)",
-            f"Perplexity vs evaluation length ({mode})\n{_describe(runs)}")
+    """Perplexity against evaluation length over its ratio to the perplexity at the training
+    length, one curve per series (and sliding stride setting) of ``mode``."""
+    series = build_series(runs)[0]
+    curves = mode_curves(series, mode)
+    ours = list({id(c.series): c.series for c in curves}.values())
+    title = (f"Perplexity on {_scored_text({s.region for s in ours})} vs evaluation window "
+             f"({mode}{stride_note(curves)})")
+    fig, body, (ax, rax) = _figure(title, describe(ours), 7.0, 2, height_ratios=[3, 2])
+    values, ratios = [], []
+    for c in curves:
+        xs = [x for x, cell in c.cells.items() if cell.ppl]
+        ppl = [c.cells[x].ppl for x in xs]
+        _draw(ax, c.series.colour, c.style, xs, ppl, c.legend)
+        rxs = [x for x in xs if c.cells[x].ratio]
+        ratio = [c.cells[x].ratio for x in rxs]
+        if rxs:
+            _draw(rax, c.series.colour, c.style, rxs, ratio)
+        values += ppl
+        ratios += ratio
+    lengths = sorted({x for c in curves for x in c.cells})
+    for a in (ax, rax):
+        _log2_x(a, lengths, lengths[0] / 1.25, lengths[-1] * 1.25)
+    _log_y(ax, values)
+    _log_y(rax, ratios, extra=(1.0,))
+    rax.axhline(1, color=GREY, linewidth=0.9, zorder=1)
+    _train_lengths([ax, rax], sorted({c.series.train_len for c in curves}))
+    ax.set_ylabel("perplexity (log scale)", fontsize=11)
+    rax.set_ylabel("ppl(length) / ppl(L)\n(log scale)", fontsize=11)
+    rax.set_xlabel("evaluation window in tokens (log₂ scale)", fontsize=11)
+    shown = values + ratios
+    _legend_and_caption(body, ax, _interval_caption(shown) + notes(curves, series, mode),
+                        bands=any(iv.low is not None for iv in shown))
     return fig
 
 
+def _longest_record(run: RunResult, region: Region) -> dict | None:
+    ours = [p for p in run.per_position if (p.get("first_token"), p.get("tokens")) == region]
+    return max(ours, key=lambda p: p["length"], default=None)
+
+
+def _buckets(record: dict) -> tuple:
+    return record["length"], tuple(record["position"]), tuple(record["position_end"])
+
+
+def _position_intervals(records: list[dict]) -> list[Interval]:
+    """Each bucket's mean loss: Student-t across the seeds' records (two or more), or one
+    record's mean with ± z standard errors across its windows (``loss_se``), if recorded."""
+    if len(records) > 1:
+        by_bucket = zip(*(p["loss"] for p in records), strict=True)
+        return [t_interval(list(losses)) for losses in by_bucket]
+    [record] = records
+    z = NormalDist().inv_cdf((1 + LEVEL) / 2)
+    method = f"±{z:.2f} standard errors across the run's windows (scored tokens / window)"
+    se = record.get("loss_se") or [None] * len(record["loss"])
+    return [Interval(loss, None, None, 1, NO_INTERVAL) if e is None
+            else Interval(loss, loss - z * e, loss + z * e, 1, method)
+            for loss, e in zip(record["loss"], se, strict=True)]
+
+
 def per_position_figure(runs: list[RunResult]):
-    """Mean loss by position in the longest window, per config and scored region (the
-    per-position records come from whole nonoverlapping windows, whatever the mode)."""
-    fig, ax = _axes()
-    drawn: set[tuple] = set()
+    """Mean loss at each position of a run's longest whole windows, per config and scored
+    region; each bucket of positions at its geometric middle.  None when no run holds a
+    per-position record."""
+    firsts: dict[tuple, Series] = {}  # (config, region) -> its first series: colour, style
     for s in build_series(runs)[0]:
-        if (s.config, s.region) in drawn:
-            continue
-        drawn.add((s.config, s.region))
-        records = []  # each member's record at its longest window on this region
-        for r in s.members:
-            ours = [p for p in r.per_position
-                    if (p.get("first_token"), p.get("tokens")) == s.region]
-            if ours:
-                records.append(max(ours, key=lambda p: p["length"]))
+        firsts.setdefault((s.config, s.region), s)
+    drawn, caption = [], []  # drawn: (series, longest record, its seeds' records)
+    for s in firsts.values():
+        records = [(r, p) for r in s.members if (p := _longest_record(r, s.region))]
         if not records:
+            caption.append(f"no per-position record: {s.label}")
             continue
-        longest = max(p["length"] for p in records)
-        records = [p for p in records if p["length"] == longest]
-        # each bucket at the middle of the span [start, end) it covers
-        xs = [(a + b) / 2 for a, b in zip(records[0]["position"], records[0]["position_end"],
-                                          strict=True)]
-        ys = [sum(p["loss"][j] for p in records) / len(records) for j in range(len(xs))]
-        ax.plot(xs, ys, "-", color=s.colour, label=f"{s.label} (window {longest})")
-        ax.axvline(s.train_len, color=s.colour, linestyle=":", linewidth=1)
-    _finish(ax, "position inside the window", "mean loss (nats per token)",
-            f"Loss by position in the longest window\n{_describe(runs)}")
+        longest = max((p for _, p in records), key=lambda p: p["length"])
+        drawn.append((s, longest, [p for _, p in records if _buckets(p) == _buckets(longest)]))
+        others = [str(r.path) for r, p in records if _buckets(p) != _buckets(longest)]
+        if others:
+            caption.append(f"{s.label}: other window or buckets, not averaged in: "
+                           f"{', '.join(others)}")
+    if not drawn:
+        return None
+    kinds = sorted({p.get("mode", "nonoverlapping") for _, p, _ in drawn})
+    title = (f"Loss at each position of whole {' / '.join(kinds)} windows, on "
+             f"{_scored_text({s.region for s, _, _ in drawn})}")
+    fig, body, [ax] = _figure(title, describe([s for s, _, _ in drawn]), 5.6)
+    shown, bare = [], []
+    for s, longest, same in drawn:
+        xs = [math.sqrt((a + 1) * b) for a, b in zip(longest["position"],
+                                                       longest["position_end"], strict=True)]
+        intervals = _position_intervals(same)
+        label = f"{s.label} · window {longest['length']}"
+        seeds = f" ({len(same)} seeds)" if len(same) > 1 else ""
+        # the bands of early positions overlap: fainter than on the extrapolation figures
+        _draw(ax, s.colour, s.styles[s.strides[0]], xs, intervals, label + seeds, alpha=0.12)
+        if all(iv.method == NO_INTERVAL for iv in intervals):
+            bare.append(label)
+        shown += intervals
+    end = max(p["position_end"][-1] for _, p, _ in drawn)
+    _log2_x(ax, [2**k for k in range(math.ceil(math.log2(end)) + 1)], 0.85, end * 1.15)
+    _train_lengths([ax], sorted({s.train_len for s, _, _ in drawn}))
+    ax.set_xlabel("position inside the window (1: the first token, no context; log₂ scale)",
+                  fontsize=11)
+    ax.set_ylabel("mean loss (nats per token)", fontsize=11)
+    methods = sorted({iv.method for iv in shown if iv.method != NO_INTERVAL})
+    lines = [f"Lines: mean over seeds of each bucket of positions, at its geometric middle. "
+             f"Bands: {PERCENT} intervals, {'; '.join(methods)}."] if methods else []
+    if bare:
+        which = "every curve" if len(bare) == len(drawn) else ", ".join(bare)
+        lines.append(f"{NO_INTERVAL} (an older eval.json, or a single window): {which}")
+    _legend_and_caption(body, ax, lines + caption,
+                        bands=any(iv.low is not None for iv in shown))
     return fig
 
 
@@ -391,7 +846,7 @@ def _save(fig, path: Path) -> list[Path]:
     written = []
     for ext in ("png", "svg"):
         target = path.with_suffix(f".{ext}")
-        atomic_write(target, lambda fh, ext=ext: fig.savefig(fh, format=ext, dpi=130))
+        atomic_write(target, lambda fh, ext=ext: fig.savefig(fh, format=ext, dpi=DPI))
         written.append(target)
     plt.close(fig)
     return written
@@ -411,8 +866,9 @@ def write_report(runs: list[RunResult], not_done: list[RunResult], out: Path,
     written = write_tables(runs, not_done, out, title)
     for mode in modes(runs):
         written += _save(extrapolation_figure(runs, mode), out / f"extrapolation_{mode}")
-    if any(r.per_position for r in runs):
-        written += _save(per_position_figure(runs), out / "per_position")
+    fig = per_position_figure(runs)
+    if fig is not None:
+        written += _save(fig, out / "per_position")
     return written
 
 
@@ -427,12 +883,20 @@ def write_tables(runs: list[RunResult], not_done: list[RunResult], out: Path,
     return [out / "summary.csv", out / "summary.md"]
 
 
-def upload_to_wandb(files: list[Path], runs: list[RunResult], project: str) -> None:
-    """Log the report's figures and tidy table as one W&B run of job type 'report'."""
+def upload_to_wandb(files: list[Path], runs: list[RunResult], out: Path,
+                    project: str | None) -> str | None:
+    """Log the report's figures and tidy table as one W&B run of job type 'report'.  W&B's
+    files go beside the report (``out/wandb``, or under WANDB_DIR), its messages stay off the
+    terminal; returns the line that says where the run went (sinks.where_it_went)."""
+    import shutil
+
     import wandb
 
+    from posexp.sinks import wandb_dir, where_it_went
+
     rows = tidy_rows(runs)
-    with wandb.init(project=project, job_type="report", name="report") as run:
+    with wandb.init(project=project, job_type="report", name="report",
+                    dir=str(wandb_dir(out)), settings=wandb.Settings(silent=True)) as run:
         run.log({"summary": wandb.Table(columns=CSV_COLUMNS,
                                         data=[[r[c] for c in CSV_COLUMNS] for r in rows])})
         for f in files:
@@ -440,4 +904,9 @@ def upload_to_wandb(files: list[Path], runs: list[RunResult], project: str) -> N
                 run.log({f.stem: wandb.Image(str(f))})
         for f in files:
             if f.suffix in (".md", ".csv"):
-                run.save(str(f), base_path=str(f.parent), policy="now")
+                # a copy inside the run's files: wandb.save of an outside file symlinks it
+                # and warns on the terminal
+                copy = Path(run.dir) / f.name
+                shutil.copyfile(f, copy)
+                run.save(str(copy), base_path=run.dir, policy="now")
+        return where_it_went(run)

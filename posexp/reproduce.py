@@ -1,27 +1,39 @@
-"""The train-short/test-long claims of Press et al. (ALiBi, ICLR 2022), measured here.
+"""Published claims about length extrapolation, measured here with their uncertainty.
 
-A preset (``configs/reproduce/<name>.yaml``) lists the runs, the common overrides and every
-threshold.  Each run trains unless a completed run of the same identity exists, is scored in
-both modes, and the verdicts compare what was measured with what the paper claims.  A claim
-that does not hold is reported as not holding: the tool reports, it does not assume.
+A preset (``configs/reproduce/<name>.yaml``) lists the runs, the seeds, the common overrides
+and every threshold.  Each run trains unless a completed run of the same identity exists, is
+scored in both modes, and each claim is judged from what was measured:
+
+* every claim names its source paper, its threshold and why that threshold;
+* its statistic (a ratio of perplexities) is computed per seed and reported with a 95%
+  interval: Student-t over the seeds on the log scale (the centre is the geometric mean)
+  when there are two or more, else the paired bootstrap over the scored text's blocks
+  (posexp/stats.py), which says how sure one run's number is but not how another seed would
+  have trained;
+* the verdict is *holds* when the whole interval lies on the claim's side of the threshold,
+  *does not hold* when it lies wholly on the other side, and *inconclusive* when it straddles
+  the threshold.
 
 The verdicts read exactly the preset's runs.  A run that fails does not stop the others; every
 claim that needs it is "not measured", and so is a claim whose runs hold no common scored
-region: a claim never compares points scored on different validation tokens, or in different
-modes.
+region or no common seed: a claim never compares points scored on different validation
+tokens, or in different modes.
 """
 
 from __future__ import annotations
 
+import operator
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from posexp import stats
 from posexp.errors import PosexpError, UsageError
-from posexp.report import Series, build_series, curve_stats, region_text, write_report
+from posexp.report import Series, build_series, region_text, write_report
 from posexp.runs import (
     MISSING,
     Region,
@@ -34,13 +46,46 @@ from posexp.runs import (
 
 NONOVERLAPPING, SLIDING = "nonoverlapping", "sliding"
 Need = tuple[str, int, str]  # a curve a claim compares: (encoding, training length, mode)
+# ppl(encoding, training length, mode, evaluation length): one seed's perplexity, or the
+# bootstrap resamples of it (an array; every point's blocks drawn alike)
+Lookup = Callable[[str, int, str, int], "float | np.ndarray"]
+
+PRESS = "Press et al., Train Short, Test Long (ALiBi), ICLR 2022"
+HAVIV = "Haviv et al., Transformer Language Models without Positional Encodings Still Learn " \
+        "Positional Information, Findings of EMNLP 2022"
+KAZEMNEJAD = "Kazemnejad et al., The Impact of Positional Encoding on Length Generalization " \
+             "in Transformers, NeurIPS 2023"
+HOLDS, FAILS, INCONCLUSIVE, UNMEASURED = "holds", "does not hold", "inconclusive", "not measured"
+
+
+@dataclass(frozen=True)
+class Test:
+    """One comparison of a claim: ``statistic`` (op) ``threshold``."""
+
+    label: str
+    statistic: Callable[[Lookup], float | np.ndarray]
+    op: str  # "<=" or ">="
+    threshold: float
+
+
+@dataclass(frozen=True)
+class Claim:
+    number: int
+    text: str
+    source: str
+    why: str  # why this threshold
+    needs: list[Need]
+    tests: list[Test]
 
 
 @dataclass
 class Verdict:
     claim: str
+    source: str
+    threshold: str
     measured: str
-    holds: bool | None  # None: not measured (a run is missing, or no common scored region)
+    verdict: str  # holds | does not hold | inconclusive | not measured
+    interval: str  # where the intervals come from
 
 
 def load_preset(name: str, config_dir: Path) -> DictConfig:
@@ -53,13 +98,8 @@ def load_preset(name: str, config_dir: Path) -> DictConfig:
     return OmegaConf.load(path)
 
 
-def _ppl(stats: dict, length: int) -> float | None:
-    s = stats.get(length)
-    return s["mean"] if s and s["applicable"] else None
-
-
-def _f(x: float | None) -> str:
-    return "missing" if x is None else f"{x:.3f}"
+class Missing(Exception):
+    """A claim needs a point its runs do not hold."""
 
 
 class Curves:
@@ -70,8 +110,8 @@ class Curves:
         self.series = build_series(runs)[0]
         self.n_tokens = n_tokens
 
-    def measure(self, needs: list[Need]) -> dict[Need, dict[int, dict]] | str:
-        """The per-length stats of each needed curve, all on one region of eval.tokens
+    def measure(self, needs: list[Need]) -> dict[Need, dict[int, dict[int, dict]]] | str:
+        """seed -> length -> point of each needed curve, all on one region of eval.tokens
         tokens, or why there is none.  eval.tokens puts its region at the end of the
         validation split, so of the regions every curve holds, the one that starts latest
         is the preset's own; older runs may hold points on other regions beside it."""
@@ -97,126 +137,210 @@ class Curves:
                              for enc, L, mode in needs)
             return (f"no scored region of {self.n_tokens} tokens common to its runs ({held})")
         region = max(common)
-        return {need: curve_stats(found[need][region].members, need[2], region)
+        return {need: {r.seed: r.points(need[2], region) for r in found[need][region].members}
                 for need in needs}
 
 
-def _claim(curves: Curves, claim: str, needs: list[Need],
-           judge: Callable[..., tuple[str, bool | None]]) -> Verdict:
-    """A verdict from ``judge``, called with the stats of each needed curve in order, or "not
-    measured" with the reason when the curves cannot be compared."""
-    got = curves.measure(needs)
+def _decide(interval: stats.Interval, op: str, threshold: float) -> str:
+    if interval.low is None or interval.high is None:
+        return INCONCLUSIVE
+    on_side = operator.le if op == "<=" else operator.ge
+    if on_side(interval.low, threshold) and on_side(interval.high, threshold):
+        return HOLDS
+    if not on_side(interval.low, threshold) and not on_side(interval.high, threshold):
+        return FAILS
+    return INCONCLUSIVE
+
+
+def judge(claim: Claim, curves: Curves) -> Verdict:
+    """The claim's verdict: every test's statistic with its interval, combined (all hold:
+    holds; one wholly on the wrong side: does not hold; otherwise inconclusive)."""
+    threshold = "; ".join(f"{t.label} {t.op} {t.threshold:g}" for t in claim.tests)
+    threshold += f" ({claim.why})"
+
+    def unmeasured(reason: str) -> Verdict:
+        return Verdict(f"{claim.number}. {claim.text}", claim.source, threshold,
+                       f"not measured: {reason}", UNMEASURED, "")
+
+    got = curves.measure(claim.needs)
     if isinstance(got, str):
-        return Verdict(claim, f"not measured: {got}", None)
-    return Verdict(claim, *judge(*(got[need] for need in needs)))
+        return unmeasured(got)
+    seeds = sorted(set.intersection(*(set(by_seed) for by_seed in got.values())))
+    if not seeds:
+        return unmeasured("its runs share no seed")
+
+    def point(seed: int, enc: str, train_len: int, mode: str, length: int) -> dict:
+        p = got[(enc, train_len, mode)][seed].get(length)
+        if p is None or not p["applicable"]:
+            raise Missing(f"{enc} L={train_len} has no {mode} point at {length}")
+        return p
+
+    try:
+        if len(seeds) > 1:
+            intervals = [stats.t_interval([
+                float(t.statistic(lambda *need, s=s: point(s, *need)["ppl"])) for s in seeds],
+                log=True) for t in claim.tests]
+            method = f"Student-t over seeds {', '.join(map(str, seeds))} (log scale)"
+        else:
+            intervals = [_bootstrap(t, lambda *need: point(seeds[0], *need))
+                         for t in claim.tests]
+            method = f"one seed ({seeds[0]}): bootstrap over the scored text's blocks"
+    except Missing as e:
+        return unmeasured(str(e))
+    decisions = [_decide(i, t.op, t.threshold) for i, t in zip(intervals, claim.tests,
+                                                                strict=True)]
+    verdict = FAILS if FAILS in decisions else HOLDS if all(
+        d == HOLDS for d in decisions) else INCONCLUSIVE
+    measured = "; ".join(
+        f"{t.label} = {i.text(3)}" if i.low is not None else
+        f"{t.label} = {i.value:.3f} (no interval: rescore with posexp eval RUN)"
+        for t, i in zip(claim.tests, intervals, strict=True))
+    return Verdict(f"{claim.number}. {claim.text}", claim.source, threshold, measured, verdict,
+                   method)
+
+
+def _bootstrap(test: Test, point: Callable[..., dict]) -> stats.Interval:
+    """One seed: the statistic on the measured perplexities, and its percentile interval over
+    bootstrap resamples of the scored blocks (the same blocks for every point)."""
+    value = float(test.statistic(lambda *need: point(*need)["ppl"]))
+    try:
+        samples = test.statistic(lambda *need: np.exp(stats.resampled_loss(point(*need))))
+    except ValueError:  # points written before posexp recorded block losses
+        return stats.Interval(value, None, None, 1, "no interval")
+    low, high = stats.percentile_interval(np.asarray(samples))
+    return stats.Interval(value, low, high, 1, "bootstrap")
+
+
+def claims(preset: DictConfig) -> tuple[list[Claim], list[Claim]]:
+    """(claims of Press et al., claims about NoPE) with the preset's thresholds."""
+    L, th = int(preset.train_seq_len), preset.thresholds
+    k = int(th.sinusoidal_blowup_at)
+
+    def ratio(enc: str, m: int, mode: str = NONOVERLAPPING) -> Callable[[Lookup], object]:
+        return lambda ppl: ppl(enc, L, mode, m * L) / ppl(enc, L, mode, L)
+
+    def ratio_of(a: Callable, b: Callable) -> Callable[[Lookup], object]:
+        return lambda ppl: a(ppl) / b(ppl)
+
+    rope_at = [int(m) for m in th.rope_between_at]
+    others = ("learned", "sinusoidal", "rope", "alibi")
+
+    def nope_gap(ppl: Lookup) -> object:
+        best = ppl(others[0], L, NONOVERLAPPING, L)
+        for enc in others[1:]:
+            best = np.minimum(best, ppl(enc, L, NONOVERLAPPING, L))
+        return ppl("nope", L, NONOVERLAPPING, L) / best
+
+    press = [
+        Claim(1, "Sinusoidal positions do not extrapolate", f"{PRESS}, Fig. 1 and §2.1",
+              f"Fig. 1: sinusoidal perplexity climbs steeply within a few hundred tokens past "
+              f"L; doubling by {k}L is a failure that seed noise cannot produce",
+              [("sinusoidal", L, NONOVERLAPPING)],
+              [Test(f"sinusoidal ppl({k}L)/ppl(L)", ratio("sinusoidal", k), ">=",
+                    float(th.sinusoidal_blowup))]),
+        Claim(2, "RoPE extrapolates only a little: it degrades past L more than ALiBi and "
+                 "less than sinusoidal", f"{PRESS}, Fig. 1 and §2.2",
+              "the paper's ordering of the three curves at 2L and 4L; 1 is 'no difference'",
+              [(enc, L, NONOVERLAPPING) for enc in ("rope", "alibi", "sinusoidal")],
+              [test for m in rope_at for test in (
+                  Test(f"rope/alibi degradation at {m}L", ratio_of(ratio("rope", m),
+                                                                   ratio("alibi", m)),
+                       ">=", 1.0),
+                  Test(f"sinusoidal/rope degradation at {m}L",
+                       ratio_of(ratio("sinusoidal", m), ratio("rope", m)), ">=", 1.0))]),
+        Claim(3, "ALiBi extrapolates: no worse past L, nonoverlapping and sliding",
+              f"{PRESS}, Fig. 1, Table 2 and §5",
+              f"the paper's ALiBi curves stay at or below ppl(L) to 16L; {th.alibi_flat:g} "
+              "allows for a model a thousand times smaller",
+              [("alibi", L, NONOVERLAPPING), ("alibi", L, SLIDING)],
+              [Test(f"alibi{' sliding' if mode == SLIDING else ''} ppl({m}L)/ppl(L)",
+                    ratio("alibi", int(m), mode), "<=", float(th.alibi_flat))
+               for mode in (NONOVERLAPPING, SLIDING) for m in th.alibi_flat_at]),
+        Claim(4, "ALiBi trained at L and evaluated at 2L is at least as good as sinusoidal "
+                 "trained at 2L on the same token budget", f"{PRESS}, abstract and Fig. 4",
+              "'achieving the same perplexity': a ratio of 1 is a tie",
+              [("alibi", L, NONOVERLAPPING), ("sinusoidal", 2 * L, NONOVERLAPPING)],
+              [Test(f"alibi(L={L}) / sinusoidal(L={2 * L}) at 2L",
+                    lambda ppl: ppl("alibi", L, NONOVERLAPPING, 2 * L)
+                    / ppl("sinusoidal", 2 * L, NONOVERLAPPING, 2 * L), "<=", 1.0)]),
+    ]
+    nope = [
+        Claim(5, "Without any position signal the causal mask still teaches order: NoPE is "
+                 "competitive at the training length", f"{HAVIV}, Tables 1-2",
+              f"Haviv et al. call a small gap that shrinks with scale competitive; posexp's "
+              f"line is {th.nope_margin:.0%} (configs/reproduce)",
+              [(enc, L, NONOVERLAPPING) for enc in ("nope", *others)],
+              [Test("nope ppl(L) / best encoding's ppl(L)", nope_gap, "<=",
+                    1 + float(th.nope_margin))]),
+        Claim(6, "NoPE degrades less past L than absolute (sinusoidal) positions",
+              f"{KAZEMNEJAD}, §4 (shown there on algorithmic tasks; tested here on "
+              "perplexity)", "1 is 'degrades alike'",
+              [("nope", L, NONOVERLAPPING), ("sinusoidal", L, NONOVERLAPPING)],
+              [Test(f"nope/sinusoidal degradation at {k}L",
+                    ratio_of(ratio("nope", k), ratio("sinusoidal", k)), "<=", 1.0)]),
+    ]
+    return press, nope
 
 
 def verdicts(runs: list[RunResult], preset: DictConfig, n_tokens: int) -> list[Verdict]:
-    """The claims measured on ``runs`` (the preset's completed runs), each on the region of
+    """Every claim measured on ``runs`` (the preset's completed runs), each on the region of
     ``n_tokens`` (the preset's eval.tokens) scored tokens."""
-    L, th = int(preset.train_seq_len), preset.thresholds
-    k = int(th.sinusoidal_blowup_at)
     curves = Curves(runs, n_tokens)
-    out = []
+    press, nope = claims(preset)
+    return [judge(c, curves) for c in (*press, *nope)]
 
-    def blowup(sin: dict) -> tuple[str, bool | None]:
-        s1, sk = _ppl(sin, L), _ppl(sin, k * L)
-        r = sk / s1 if s1 and sk else None
-        return (f"sinusoidal ppl(L)={_f(s1)}, ppl({k}L)={_f(sk)}, ratio {_f(r)}",
-                None if r is None else r >= th.sinusoidal_blowup)
 
-    out.append(_claim(
-        curves, f"1. Sinusoidal does not extrapolate: ppl({k}L) >= {th.sinusoidal_blowup:g} x "
-        "ppl(L)", [("sinusoidal", L, NONOVERLAPPING)], blowup))
-
-    def rope_a_little(rope: dict, sin: dict) -> tuple[str, bool | None]:
-        r1, rk, sk = _ppl(rope, L), _ppl(rope, k * L), _ppl(sin, k * L)
-        return (f"rope ppl(L)={_f(r1)}, ppl({k}L)={_f(rk)}; sinusoidal ppl({k}L)={_f(sk)}",
-                None if None in (r1, rk, sk) else r1 < rk < sk)
-
-    out.append(_claim(
-        curves, f"2. RoPE extrapolates only a little: ppl({k}L) > ppl(L), and below "
-        f"sinusoidal's ppl({k}L)",
-        [("rope", L, NONOVERLAPPING), ("sinusoidal", L, NONOVERLAPPING)], rope_a_little))
-
-    def alibi_flat(nonoverlapping: dict, sliding: dict) -> tuple[str, bool | None]:
-        # each mode's ratios are to the same mode's ppl(L): the modes are never mixed
-        ratios = {}
-        for mode, stats in ((NONOVERLAPPING, nonoverlapping), (SLIDING, sliding)):
-            base = _ppl(stats, L)
-            for m in th.alibi_flat_at:
-                at = _ppl(stats, m * L)
-                ratios[(mode, m)] = at / base if base and at else None
-        measured = ", ".join(f"ppl({m}L)/ppl(L)={_f(ratios[(NONOVERLAPPING, m)])}"
-                             for m in th.alibi_flat_at)
-        measured += "; sliding: " + ", ".join(f"{m}L: {_f(ratios[(SLIDING, m)])}"
-                                              for m in th.alibi_flat_at)
-        if None in ratios.values():
-            return measured, None
-        return measured, all(v <= th.alibi_flat for v in ratios.values())
-
-    out.append(_claim(
-        curves, f"3. ALiBi extrapolates: ppl(mL) <= {th.alibi_flat:g} x ppl(L) for m in "
-        f"{list(th.alibi_flat_at)} (nonoverlapping), and flat under sliding evaluation",
-        [("alibi", L, NONOVERLAPPING), ("alibi", L, SLIDING)], alibi_flat))
-
-    def learned_stops(learned: dict) -> tuple[str, bool | None]:
-        beyond = {length: s for length, s in learned.items() if length > L}
-        return (", ".join(f"{length}: {'n/a' if not s['applicable'] else 'scored'}"
-                          for length, s in beyond.items()) or "missing",
-                None if not beyond else all(not s["applicable"] for s in beyond.values()))
-
-    out.append(_claim(
-        curves, "4. Learned absolute positions cannot be evaluated past their table",
-        [("learned", L, NONOVERLAPPING)], learned_stops))
-
-    def alibi_beats_longer(alibi: dict, sin2: dict) -> tuple[str, bool | None]:
-        a2, s22 = _ppl(alibi, 2 * L), _ppl(sin2, 2 * L)
-        return (f"alibi(L={L}) ppl(2L)={_f(a2)}; sinusoidal(L={2 * L}) ppl(2L)={_f(s22)}",
-                None if a2 is None or s22 is None else a2 <= s22)
-
-    out.append(_claim(
-        curves, "5. ALiBi trained at L, evaluated at 2L, is at least as good as sinusoidal "
-        "trained at 2L (equal token budget)",
-        [("alibi", L, NONOVERLAPPING), ("sinusoidal", 2 * L, NONOVERLAPPING)],
-        alibi_beats_longer))
-
-    others = ("learned", "sinusoidal", "rope", "alibi")
-    margin = th.nope_margin
-
-    def nope_close(nope: dict, *encoded: dict) -> tuple[str, bool | None]:
-        at_l = {enc: _ppl(stats, L) for enc, stats in zip(others, encoded, strict=True)}
-        best = min((e for e in at_l if at_l[e]), key=lambda e: at_l[e], default=None)
-        n1, nk = _ppl(nope, L), _ppl(nope, k * L)
-        return (f"nope ppl(L)={_f(n1)}; best: {best} {_f(at_l.get(best))}; nope extrapolates "
-                f"with ppl({k}L)/ppl(L)={_f(nk / n1 if n1 and nk else None)}",
-                None if n1 is None or best is None else n1 <= (1 + margin) * at_l[best])
-
-    out.append(_claim(
-        curves, f"6. Without any position signal the causal mask still teaches order: NoPE "
-        f"ppl(L) within {margin:.0%} of the best encoding",
-        [("nope", L, NONOVERLAPPING), *((enc, L, NONOVERLAPPING) for enc in others)],
-        nope_close))
-    return out
+def learned_property(runs: list[RunResult], train_len: int) -> str:
+    """What posexp did past a learned table's size: a property of the encoding (it has no
+    rows there), not evidence for a claim."""
+    lengths = sorted({p["length"] for r in runs if r.encoding == "learned"
+                      and r.train_len == train_len for p in r.curve if not p["applicable"]})
+    shown = ", ".join(map(str, lengths)) if lengths else "no length past the table"
+    return (f"Learned absolute positions have no row past their table (L = {train_len}): "
+            f"posexp reports n/a rather than clamping positions (here at {shown}). This is "
+            "how the encoding is built, not a finding.")
 
 
 def verdict_table(rows: list[Verdict]) -> str:
-    lines = ["| claim | measured | holds |", "|---|---|---|"]
+    lines = ["| claim | source | threshold (why) | measured (95% interval) | verdict |",
+             "|---|---|---|---|---|"]
     for v in rows:
-        holds = {True: "yes", False: "**no**", None: "not measured"}[v.holds]
-        lines.append(f"| {v.claim} | {v.measured} | {holds} |")
+        verdict = v.verdict if v.verdict == HOLDS else f"**{v.verdict}**"
+        lines.append(f"| {v.claim} | {v.source} | {v.threshold} | {v.measured} | {verdict} |")
     return "\n".join(lines)
 
 
-def versions_text(versions: object) -> str:
-    """{"posexp": "0.1.0", "python": "3.11.7", ...} as "posexp 0.1.0, python 3.11.7, ..."."""
-    if not isinstance(versions, dict):
-        return "?"
-    return ", ".join(f"{name} {version}" for name, version in versions.items())
+def versions_table(runs: list[RunResult]) -> str:
+    """The software every run recorded, one row per package; a package whose version differs
+    between runs lists each version with its runs."""
+    seen: dict[str, dict[str, list[str]]] = {}
+    for r in runs:
+        versions = r.info.get("versions")
+        for package, version in (versions.items() if isinstance(versions, dict) else ()):
+            seen.setdefault(package, {}).setdefault(str(version), []).append(r.name)
+    lines = ["| package | version |", "|---|---|"]
+    for package, by_version in seen.items():
+        text = next(iter(by_version)) if len(by_version) == 1 else "; ".join(
+            f"{v} ({', '.join(names)})" for v, names in by_version.items())
+        lines.append(f"| {package} | {text} |")
+    return "\n".join(lines) if seen else "(no run recorded its versions)"
 
 
 def _first_line(e: BaseException) -> str:
     return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
+def preset_seeds(preset: DictConfig, name: str) -> list[int]:
+    seeds = OmegaConf.to_container(preset.get("seeds", [0]))
+    if not (isinstance(seeds, list) and seeds and all(
+            isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)
+            and len(set(seeds)) == len(seeds)):
+        raise UsageError(f"preset {name}: seeds must be a list of distinct non-negative "
+                         f"integers, got {seeds!r}")
+    if any(str(o).startswith("seed=") for o in (*preset.overrides,
+                                                 *(o for run in preset.runs for o in run))):
+        raise UsageError(f"preset {name}: set the seeds in its seeds: list, not as seed=")
+    return seeds
 
 
 def reproduce(name: str, results_dir: Path, config_dir: Path,
@@ -228,8 +352,10 @@ def reproduce(name: str, results_dir: Path, config_dir: Path,
     from posexp.train import Interrupted
 
     preset = load_preset(name, config_dir)
+    seeds = preset_seeds(preset, name)
     common = [*preset.overrides, f"experiment={preset.experiment}", f"results_dir={results_dir}"]
-    configs = [compose([*common, *run]) for run in preset.runs]  # all checked before any runs
+    # every run at every seed, all checked before any runs
+    configs = [compose([*common, *run, f"seed={seed}"]) for seed in seeds for run in preset.runs]
     if not configs:
         raise UsageError(f"preset {name} lists no runs")
     n_tokens = {int(cfg.eval.tokens) for cfg in configs}
@@ -265,22 +391,42 @@ def reproduce(name: str, results_dir: Path, config_dir: Path,
     # a run that failed after it completed (scoring its sliding points) is in the report, but
     # its claims are not measured
     rows = verdicts([r for r in runs if r.path not in failed], preset, n_tokens.pop())
-    table = verdict_table(rows)
-    failures = "".join(f"* {path}: failed: {message}\n" for path, message in failed.items())
-    first = runs[0].info if runs else {}
-    atomic_write_text(out / "verdicts.md", (
-        f"# Claims of Press et al. (ALiBi), preset {name}\n\n"
-        f"{preset.get('description', '')}\n\n{table}\n\n"
-        + (f"Runs that failed (their claims are not measured):\n\n{failures}\n" if failed
-           else "")
-        + f"Device: {first.get('device', '?')}; versions: {versions_text(first.get('versions'))}"
-        "\n"))
+    press, _ = claims(preset)
+    devices = ", ".join(sorted({str(r.info.get("device", "?")) for r in runs})) or "?"
+    atomic_write_text(out / "verdicts.md", verdicts_markdown(
+        name, preset, rows, len(press), learned_property(runs, int(preset.train_seq_len)),
+        failed, devices, versions_table(runs)))
     atomic_write_json(out / "verdicts.json", {
-        "preset": name, "verdicts": [asdict(v) for v in rows],
+        "preset": name, "seeds": seeds, "verdicts": [asdict(v) for v in rows],
         "failed": {str(path): message for path, message in failed.items()},
         "thresholds": OmegaConf.to_container(preset.thresholds)})
-    print(f"\n{table}\n\nreport: {out}")
+    print(f"\n{terminal_verdicts(rows)}\n\nreport: {out}")
     if failed:
         raise PosexpError(f"{len(failed)} of {len(configs)} runs failed; their claims are not "
                           "measured")
     return rows
+
+
+def verdicts_markdown(name: str, preset: DictConfig, rows: list[Verdict], n_press: int,
+                      learned: str, failed: dict[Path, str], device: str,
+                      versions: str) -> str:
+    failures = "".join(f"* {path}: failed: {message}\n" for path, message in failed.items())
+    methods = sorted({v.interval for v in rows if v.interval})
+    return (
+        f"# Claims about length extrapolation, preset {name}\n\n"
+        f"{preset.get('description', '')}\n\n"
+        "A claim **holds** when the whole 95% interval of its statistic lies on the claim's "
+        "side of the threshold, **does not hold** when it lies wholly on the other side, and is "
+        "**inconclusive** when it straddles the threshold. Intervals: "
+        f"{'; '.join(methods) or 'none'}.\n\n"
+        f"## Claims of {PRESS}\n\n{verdict_table(rows[:n_press])}\n\n"
+        f"## Claims about no positional encoding (NoPE)\n\n{verdict_table(rows[n_press:])}"
+        f"\n\n## A property, not a claim\n\n{learned}\n\n"
+        + (f"Runs that failed (their claims are not measured):\n\n{failures}\n" if failed
+           else "")
+        + f"## Software\n\nDevice: {device}\n\n{versions}\n")
+
+
+def terminal_verdicts(rows: list[Verdict]) -> str:
+    """One block per claim for a terminal: the claim, its verdict, and what was measured."""
+    return "\n".join(f"{v.claim}\n    {v.verdict.upper()}: {v.measured}" for v in rows)

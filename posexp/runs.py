@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-import torch
 import yaml
 from filelock import FileLock, Timeout
 from omegaconf import DictConfig, OmegaConf
@@ -121,6 +120,7 @@ def code_version() -> str:
 def versions() -> dict[str, str]:
     import hydra
     import numpy
+    import torch
 
     return {
         "posexp": posexp.__version__,
@@ -337,11 +337,15 @@ class Run:
     def save_checkpoint(self, state: dict) -> None:
         # serialised in memory first: torch's zip writer turns a failed write (a full disk)
         # into an opaque RuntimeError, while a plain write reports the OSError itself
+        import torch  # not at the top: reading runs back (ls, report) never needs it
+
         buffer = io.BytesIO()
         torch.save(state, buffer)
         atomic_write(self.path / CHECKPOINT, lambda fh: fh.write(buffer.getbuffer()))
 
     def load_checkpoint(self) -> dict:
+        import torch
+
         path = self.path / CHECKPOINT
         try:
             with path.open("rb") as fh:
@@ -402,9 +406,10 @@ CORPUS_KINDS = {"name": STR, "fingerprint": STR, "tokenizer": STR,
                 "tokenizer_fingerprint": STR, "vocab_size": INT, "val_tokens": INT}
 POINT_KINDS = {"mode": STR, "length": INT, "stride": INT, "first_token": INT, "tokens": INT,
                "applicable": BOOL, "reason": STR, "loss": NUM, "ppl": NUM,
-               "bits_per_token": NUM, "bits_per_byte": NUM, "seconds": NUM}
-POSITION_KINDS = {"length": INT, "first_token": INT, "tokens": INT, "position": LIST,
-                  "position_end": LIST, "loss": LIST}
+               "bits_per_token": NUM, "bits_per_byte": NUM, "seconds": NUM,
+               "ppl_low": NUM, "ppl_high": NUM, "block_loss": LIST, "block_tokens": LIST}
+POSITION_KINDS = {"mode": STR, "length": INT, "first_token": INT, "tokens": INT,
+                  "position": LIST, "position_end": LIST, "loss": LIST, "loss_se": LIST}
 # identity keys the report reads (labels, table columns), beyond being compared
 IDENTITY_KINDS = {"encoding.name": STR, "train.seq_len": INT, "seed": INT,
                   "model.d_model": INT, "model.n_layer": INT, "model.n_head": INT}
@@ -496,6 +501,19 @@ def read_identity(run: Run, info: dict) -> dict:
     return ident
 
 
+def _check_blocks(file: Path, where: str, p: dict) -> None:
+    """Block losses (for intervals, posexp/stats.py) are optional -- eval.json written before
+    posexp recorded them has none -- but present, they must add up to the point's tokens."""
+    loss, tokens = p.get("block_loss"), p.get("block_tokens")
+    if loss is None and tokens is None:
+        return
+    if not (isinstance(loss, list) and isinstance(tokens, list) and len(loss) == len(tokens)
+            and loss and all(_KINDS[NUM](x) for x in loss)
+            and all(_KINDS[INT](n) and n > 0 for n in tokens) and sum(tokens) == p["tokens"]):
+        raise PosexpError(f"{file} is damaged: {where}block_loss and block_tokens are not "
+                          f"lists of one length whose token counts add up to {p['tokens']}")
+
+
 def read_curve(file: Path) -> tuple[list[dict], list[dict]]:
     """eval.json's curve points and per-position records, every key the report reads checked."""
     if not file.is_file():
@@ -514,16 +532,20 @@ def read_curve(file: Path) -> tuple[list[dict], list[dict]]:
                               f"not {' or '.join(MODES)}")
         if p["applicable"]:
             _check_fields(file, f"curve point {i}: ", p, {}, ("loss", "ppl"))
+            _check_blocks(file, f"curve point {i}: ", p)
     per_position = data.get("per_position") or []
     for i, p in enumerate(per_position, 1):
         where = f"per_position record {i}: "
         _check_fields(file, where, p, POSITION_KINDS, ("length", "position", "position_end",
                                                        "loss"))
         columns = (p["position"], p["position_end"], p["loss"])
+        se = p.get("loss_se")
         if len({len(c) for c in columns}) > 1 or not all(_KINDS[NUM](x) for c in columns
-                                                          for x in c):
-            raise PosexpError(f"{file} is damaged: {where}position, position_end and loss are "
-                              "not lists of numbers of one length")
+                                                          for x in c) \
+                or (se is not None and (len(se) != len(p["loss"])
+                                        or not all(x is None or _KINDS[NUM](x) for x in se))):
+            raise PosexpError(f"{file} is damaged: {where}position, position_end, loss and "
+                              "loss_se are not lists of numbers of one length")
     return data["curve"], per_position
 
 

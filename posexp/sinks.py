@@ -2,15 +2,53 @@
 
 The run directory (runs.py) is always written first and is the record; a sink is a copy.
 A sink that fails warns once and goes quiet, so a W&B outage never costs a run.
+
+W&B is configured as its users expect: a logger key left null (project, entity, mode) is
+W&B's to decide -- its environment variable (WANDB_PROJECT, WANDB_ENTITY, WANDB_MODE), else
+its own default -- and a key set in the config wins over both.  Its files go under WANDB_DIR
+when that is set, else beside what they describe (the run directory, the report), never
+into the current directory; W&B's own banner stays off the terminal, and posexp says in one
+line where the run went: its URL, or the ``wandb sync`` command of an offline run.
 """
 
 from __future__ import annotations
 
+import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+
+from posexp.config import WandbMode
+
+
+def wandb_dir(default: Path) -> Path:
+    """The directory W&B writes its ``wandb/`` folder in: WANDB_DIR when set, else
+    ``default``."""
+    return Path(os.environ.get("WANDB_DIR") or default)
+
+
+def init_args(logger: DictConfig) -> dict[str, Any]:
+    """The wandb.init arguments the config sets; a null one is left out, so W&B takes its
+    environment variable or its default (wandb.init ignores arguments that are None)."""
+    args = {"project": logger.project, "entity": logger.entity,
+            "mode": WandbMode(logger.mode).value if logger.mode is not None else None,
+            "tags": list(logger.tags) or None}
+    return {k: v for k, v in args.items() if v is not None}
+
+
+def where_it_went(run: Any) -> str | None:
+    """One line saying where a W&B run went: its URL, or for an offline run its directory
+    and the command that uploads it (None when W&B is disabled).  Read before run.finish()."""
+    if run.disabled:
+        return None
+    if run.offline:
+        where = run.settings.sync_dir
+        return f"posexp: W&B run saved offline in {where}; upload it with: " \
+               f"wandb sync {shlex.quote(where)}"
+    return f"posexp: W&B run: {run.settings.run_url}"
 
 
 class Sink:
@@ -40,14 +78,11 @@ class WandbSink(Sink):
         self.wandb = wandb
         lc = cfg.logger
         self.run = wandb.init(
-            project=lc.project,
-            entity=lc.entity,
-            mode=lc.mode,
-            tags=list(lc.tags),
+            **init_args(lc),
             group=lc.group or group,
             name=f"{cfg.experiment}/{cfg.run_name}",
             config=OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
-            dir=str(run_dir),
+            dir=str(wandb_dir(run_dir)),
             reinit="finish_previous",
             settings=wandb.Settings(init_timeout=lc.init_timeout, silent=True),
         )
@@ -84,7 +119,10 @@ class WandbSink(Sink):
 
     def finish(self, status: str) -> None:
         self.run.summary["status"] = status
+        went = where_it_went(self.run)
         self.run.finish(exit_code=0 if status == "completed" else 1)
+        if went:
+            print(went, file=sys.stderr)
 
 
 class Guarded(Sink):

@@ -10,9 +10,12 @@ reported without stopping the others.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import itertools
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -86,8 +89,66 @@ def worker_threads(launcher: DictConfig) -> int | None:
     return None
 
 
+class Lines(io.TextIOBase):
+    """A text stream that writes only whole lines, each with its prefix and in one write
+    call, so that the lines of jobs running at once on one terminal or log never run
+    together (a pipe keeps a write of up to 4096 bytes in one piece).  What follows the last
+    newline waits for the rest of its line, or for ``close``."""
+
+    def __init__(self, fd: int, prefix: str) -> None:
+        super().__init__()
+        self.fd, self.prefix, self.pending = fd, prefix, ""
+
+    @property
+    def encoding(self) -> str:
+        return "utf-8"
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return False  # progress bars stay off: their redrawn lines are not whole lines
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def write(self, text: str) -> int:
+        *lines, self.pending = (self.pending + text).split("\n")
+        for line in lines:
+            self._write_all(f"{self.prefix + line if line else self.prefix.rstrip()}\n"
+                            .encode())
+        return len(text)
+
+    def _write_all(self, data: bytes) -> None:
+        while data:
+            data = data[os.write(self.fd, data):]
+
+    def close(self) -> None:
+        if self.pending:
+            self.write("\n")
+        super().close()
+
+
+@contextlib.contextmanager
+def whole_lines(prefix: str) -> Iterator[None]:
+    """stdout and stderr of this process as Lines with ``prefix``, until the block ends."""
+    saved = sys.stdout, sys.stderr
+    for stream in saved:
+        stream.flush()
+    out, err = Lines(saved[0].fileno(), prefix), Lines(saved[1].fileno(), prefix)
+    sys.stdout, sys.stderr = out, err
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
+        out.close()
+        err.close()
+
+
 def sweep_job(cfg: DictConfig) -> str:
-    """One job of a sweep, run by Hydra's launcher; returns the run's status."""
+    """One job of a sweep, run by Hydra's launcher; returns the run's status.  Under a
+    parallel launcher every line the job prints is whole and starts with its run name, and
+    there are no progress bars."""
     import torch
     from hydra.core.hydra_config import HydraConfig
 
@@ -100,14 +161,15 @@ def sweep_job(cfg: DictConfig) -> str:
     if threads:
         torch.set_num_threads(threads)
     sequential = "BasicLauncher" in str(launcher.get("_target_", ""))
-    try:
-        return run(cfg, progress=sequential, group=cfg.experiment)
-    except Interrupted:
-        raise  # a signal stops the whole sweep; its run is checkpointed
-    except Exception as e:  # one failed job must not stop the sweep
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"posexp sweep: {name}: failed: {first}", file=sys.stderr)
-        return "failed"
+    with contextlib.nullcontext() if sequential else whole_lines(f"[{cfg.run_name}] "):
+        try:
+            return run(cfg, progress=sequential, group=cfg.experiment)
+        except Interrupted:
+            raise  # a signal stops the whole sweep; its run is checkpointed
+        except Exception as e:  # one failed job must not stop the sweep
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            print(f"posexp sweep: {name}: failed: {first}", file=sys.stderr)
+            return "failed"
 
 
 def summarize(jobs: list[DictConfig]) -> None:

@@ -135,10 +135,10 @@ def val_loss(model: GPT, corpus: Corpus, cfg: DictConfig, device: torch.device) 
     mode (no dropout; it draws no random numbers, so it leaves the training run unchanged)."""
     n = min(cfg.train.val_tokens, len(corpus.val) - cfg.train.seq_len - 1)
     model.eval()
-    total, _ = score_windows(model, corpus.val, cfg.train.seq_len, cfg.train.seq_len,
-                             cfg.train.seq_len, n, cfg.eval.batch_tokens, device)
+    losses, _ = score_windows(model, corpus.val, cfg.train.seq_len, cfg.train.seq_len,
+                              cfg.train.seq_len, n, cfg.eval.batch_tokens, device)
     model.train()
-    return total / n
+    return float(losses.sum()) / n
 
 
 CHECKPOINT_KEYS = ("model", "optimizer", "step", "tokens", "data_rng", "rng", "last", "seconds")

@@ -1,10 +1,15 @@
+import io
 import json
 import os
+import shutil
 import subprocess
 import sys
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
+
+from posexp import cli
 
 # A model and budget small enough that a run through the real CLI takes a few seconds.
 TINY = [
@@ -13,6 +18,25 @@ TINY = [
     "train.val_every_tokens=4096", "train.val_tokens=256",
     "eval.tokens=512", "eval.lengths=[16,32,64]", "device=cpu",
 ]
+
+# One OpenMP thread for torch in the test processes and every posexp they start: two
+# workers on two cores, each training with two threads, leave threads waiting at every op
+# for a core (a tiny run trained 20-100x slower so, measured); numbers stay comparable
+# because every run of the suite trains with the same count.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """The whole suite (no paths given: the README's command, CI) runs on two pytest-xdist
+    workers, one file to a worker so that a file's shared runs are trained once: its time is
+    mostly process starts, imports and Hydra, on one core each.  Paths, -n N, -n0 or
+    -p no:xdist decide otherwise."""
+    if (config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput")
+            and config.option.numprocesses is None
+            and config.args_source == pytest.Config.ArgsSource.TESTPATHS):
+        config.option.numprocesses = 2
+        config.option.dist = "loadfile"
 
 
 @pytest.fixture(scope="session")
@@ -33,6 +57,66 @@ def posexp(cache_dir, tmp_path):
         )
 
     return run
+
+
+def in_process(args: list[str], cwd: Path, env: dict) -> subprocess.CompletedProcess:
+    """``posexp ARGS`` through ``cli.main`` -- what the posexp script calls -- in this
+    process: its exit code, stdout and stderr as a subprocess would give them, without a
+    process start and torch's import.  The working directory, the environment (posexp sets
+    HYDRA_FULL_ERROR) and sys.argv (Hydra's entry point reads it) are put back afterwards."""
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, redirect_stdout(out), redirect_stderr(err):
+        mp.chdir(cwd)
+        mp.setattr(sys, "argv", sys.argv)
+        mp.setenv("HYDRA_FULL_ERROR", "1")
+        mp.delenv("POSEXP_DEBUG", raising=False)
+        for key, value in env.items():
+            mp.setenv(key, value)
+        try:
+            cli.main(list(args))
+        except SystemExit as e:
+            code = e.code
+    return subprocess.CompletedProcess(["posexp", *args], code, out.getvalue(), err.getvalue())
+
+
+@pytest.fixture
+def posexp_here(cache_dir, tmp_path):
+    """Like ``posexp``, in this process: for tests of what a command does, not of the process
+    boundary (signals, kills, the script itself, W&B's service and environment)."""
+
+    def run(*args: str, cwd: Path | None = None, env: dict | None = None):
+        return in_process(list(args), cwd or tmp_path, {"POSEXP_CACHE": str(cache_dir),
+                                                        **(env or {})})
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def trained(cache_dir, tmp_path_factory):
+    """``trained(encoding)``: the result and directory of ``posexp train encoding=ENCODING
+    *TINY results_dir=out``, run through the real CLI once per session.  Tests that change a
+    run take a copy (``copy_run``)."""
+    runs: dict[str, tuple[subprocess.CompletedProcess, Path]] = {}
+    root = tmp_path_factory.mktemp("trained")
+    env = {**os.environ, "POSEXP_CACHE": str(cache_dir)}
+    env.pop("POSEXP_DEBUG", None)
+
+    def get(encoding: str) -> tuple[subprocess.CompletedProcess, Path]:
+        if encoding not in runs:
+            r = subprocess.run([sys.executable, "-m", "posexp", "train", f"encoding={encoding}",
+                                *TINY, "results_dir=out"], cwd=root, env=env,
+                               capture_output=True, text=True, timeout=600)
+            runs[encoding] = r, root / "out" / "default" / f"{encoding}-L16-s0"
+        return runs[encoding]
+
+    return get
+
+
+def copy_run(run: Path, results_dir: Path) -> Path:
+    """A copy of a run at results_dir/<experiment>/<run_name>, its files' times kept."""
+    dest = results_dir / run.parent.name / run.name
+    shutil.copytree(run, dest)
+    return dest
 
 
 def read_json(path: Path) -> dict:

@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from posexp.encodings import build_encoding
-from posexp.encodings.alibi import alibi_bias, alibi_slopes
+from posexp.encodings import ModelShape, build_encoding
+from posexp.encodings.alibi import ALiBi, alibi_slopes
 from posexp.encodings.rope import RotaryPositions, apply_rotary
 from posexp.encodings.sinusoidal import sinusoidal_table
 from posexp.model import GPT, GPTConfig
@@ -48,7 +48,7 @@ def test_sinusoidal_dot_product_depends_only_on_offset():
 
 
 def test_sinusoidal_grows_for_any_length():
-    enc = build_encoding("sinusoidal", 8, 2, 16)
+    enc = build_encoding("sinusoidal", ModelShape(d_model=8, n_head=2, n_layer=1))
     short = enc.embedding(10, torch.device("cpu")).clone()
     long = enc.embedding(5000, torch.device("cpu"))
     assert long.shape == (5000, 8)
@@ -119,19 +119,20 @@ def test_alibi_slopes_interleaving_rule():
 
 
 def test_alibi_bias_is_linear_in_distance_and_causal():
+    alibi = ALiBi(4)
     slopes = torch.tensor(alibi_slopes(4))
-    bias = alibi_bias(slopes, 0, 5, 5)
+    bias = alibi.score_bias(0, 0, 5, 5, torch.device("cpu"))
     assert bias.shape == (4, 5, 5)
     assert bias[1, 4, 1].item() == pytest.approx(-slopes[1].item() * 3)
     assert torch.all(torch.diagonal(bias, 0, 1, 2) == 0)
     assert torch.isinf(bias[:, 0, 1:]).all() and (bias[:, 0, 1:] < 0).all()
     # a block of queries starting later gives the same rows as the full matrix
-    assert torch.equal(alibi_bias(slopes, 3, 2, 5), bias[:, 3:5, :])
+    assert torch.equal(alibi.score_bias(0, 3, 2, 5, torch.device("cpu")), bias[:, 3:5, :])
 
 
 # --- learned ----------------------------------------------------------------------------
 def test_learned_has_no_row_past_its_table():
-    enc = build_encoding("learned", 8, 2, 32)
+    enc = build_encoding("learned", ModelShape(d_model=8, n_head=2, n_layer=1), max_positions=32)
     assert enc.max_positions == 32
     assert enc.embedding(32, torch.device("cpu")).shape == (32, 8)
     with pytest.raises(ValueError, match="32 rows"):
@@ -148,6 +149,8 @@ def _one_layer(encoding: str) -> GPT:
 
 @pytest.mark.parametrize("encoding,blind", [
     ("nope", True), ("learned", False), ("sinusoidal", False), ("rope", False), ("alibi", False),
+    ("t5", False), ("kerple_log", False), ("kerple_power", False), ("fire", False),
+    ("xpos", False),
 ])
 def test_last_position_sees_a_set_without_an_encoding(encoding, blind):
     """Permuting the earlier tokens leaves the last position's output unchanged in a

@@ -6,7 +6,13 @@ import torch
 import torch.nn.functional as F
 
 from posexp.errors import UsageError
-from posexp.evaluate import bucket, check_val_size, extrapolation_curve, window_plan
+from posexp.evaluate import (
+    bucket_edges,
+    check_val_size,
+    count_windows,
+    extrapolation_curve,
+    window_plan,
+)
 from posexp.model import GPT, GPTConfig
 
 
@@ -53,13 +59,27 @@ def test_scored_region_does_not_depend_on_the_lengths():
     assert {p["first_token"] for p in slid} == {3000 - 1 - 300}
 
 
-def test_bucket_means():
-    # ends at 8^(1/4), 8^(2/4), 8^(3/4), 8 rounded: 2, 3, 5, 8
-    starts, ends, means = bucket(np.arange(8, dtype=float), 4)
-    assert starts == [0, 2, 3, 5] and ends == [2, 3, 5, 8]
-    assert means == [0.5, 2.0, 3.5, 6.0]
-    starts, ends, _ = bucket(np.zeros(1024), 64)
-    assert ends[-1] == 1024 and starts[:4] == [0, 1, 2, 3] and len(starts) <= 64
+def test_bucket_edges_are_shared_by_every_length():
+    # 1-based positions cut at round(2^(k/4)) = 1, 1, 1, 2, 2, 2, 3, 3, 4, 5, 6, 7, 8, 10, ...
+    starts, ends = bucket_edges(16, 4)
+    assert ends.tolist() == [1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 13, 16]
+    assert starts.tolist() == [0, *ends[:-1].tolist()]
+    long_starts, long_ends = bucket_edges(1024, 4)
+    assert long_ends[-1] == 1024 and len(long_ends) == 36
+    # the same edges up to the shorter window, whatever the window
+    assert long_ends[: len(ends) - 1].tolist() == ends[:-1].tolist()
+    assert (np.diff(long_ends) > 0).all() and (long_starts < long_ends).all()
+    assert bucket_edges(1, 4)[1].tolist() == [1]
+
+
+def test_count_windows_is_what_gets_scored():
+    model = _model("learned", max_positions=32)
+    val = np.random.default_rng(5).integers(0, 256, 3000).astype(np.uint8)
+    for mode, stride in (("nonoverlapping", None), ("sliding", 8), ("sliding", None)):
+        seen = []
+        extrapolation_curve(model, val, [16, 32, 64], mode, stride, 300, 256, 4,
+                            torch.device("cpu"), progress=seen.append)
+        assert sum(seen) == count_windows([16, 32, 64], mode, stride, 300, 32)
 
 
 def test_val_size_check_names_the_numbers():
@@ -96,18 +116,26 @@ def test_curve_matches_direct_loss():
     assert curve[0]["ppl"] == pytest.approx(math.exp(curve[0]["loss"]))
     assert curve[0]["bits_per_token"] == pytest.approx(curve[0]["loss"] / math.log(2))
     assert curve[0]["bits_per_byte"] == pytest.approx(curve[0]["bits_per_token"])
-    # per-position curve at the longest length (64): 4 windows, 8 geometric buckets
+    # the blocks of the scored tokens add up to the point, and are the same at every length
+    assert sum(curve[0]["block_tokens"]) == n and len(curve[0]["block_tokens"]) == 64
+    assert curve[0]["block_tokens"] == curve[1]["block_tokens"]
+    assert sum(curve[0]["block_loss"]) == pytest.approx(direct.sum().item(), rel=1e-5)
+    assert curve[0]["block_loss"][0] == pytest.approx(direct[:4].sum().item(), rel=1e-5)
+    assert curve[0]["ppl_low"] < curve[0]["ppl"] < curve[0]["ppl_high"]
+    # per-position curve at the longest length (64): 4 windows, 8 buckets per doubling
     assert per_pos["length"] == 64 and per_pos["windows"] == 4
-    assert per_pos["position"] == [0, 2, 3, 5, 8, 13, 23, 38]
-    assert per_pos["position_end"] == [2, 3, 5, 8, 13, 23, 38, 64]
+    assert per_pos["mode"] == "nonoverlapping"
+    assert per_pos["position_end"] == bucket_edges(64, 8)[1].tolist()
     with torch.no_grad():
         x = windows[:-1].view(4, 64)
         y = windows[1:].view(4, 64)
-        by_position = F.cross_entropy(model.head(model.hidden(x)).transpose(1, 2), y,
-                                      reduction="none").mean(0)
-    expected = [by_position[s:e].mean().item()
-                for s, e in zip(per_pos["position"], per_pos["position_end"], strict=True)]
-    assert per_pos["loss"] == pytest.approx(expected, rel=1e-5)
+        by_window = F.cross_entropy(model.head(model.hidden(x)).transpose(1, 2), y,
+                                    reduction="none")
+    buckets = torch.stack([by_window[:, s:e].mean(1) for s, e in
+                           zip(per_pos["position"], per_pos["position_end"], strict=True)], 1)
+    assert per_pos["loss"] == pytest.approx(buckets.mean(0).tolist(), rel=1e-5)
+    # standard error of each bucket's mean across the 4 windows
+    assert per_pos["loss_se"] == pytest.approx((buckets.std(0) / 2).tolist(), rel=1e-4)
 
 
 def test_sliding_equals_nonoverlapping_when_stride_is_window():

@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from tests.conftest import TINY, read_json
+from tests.conftest import TINY, copy_run, read_json
 
 LONG = [a for a in TINY if not a.startswith(("train.tokens", "train.log_every"))] + [
     "train.tokens=131072", "train.log_every=4", "train.checkpoint_every=1024",
@@ -46,12 +46,20 @@ def outcome(run_dir):
     return info["weights_sha256"], [p["loss"] for p in read_json(run_dir / "eval.json")["curve"]]
 
 
+@pytest.fixture(scope="session")
+def whole(cache_dir, tmp_path_factory):
+    """The outcome of the LONG run trained without a break, once per session: what every
+    interrupted and resumed run must reproduce."""
+    cwd = tmp_path_factory.mktemp("whole")
+    proc = start(cache_dir, cwd, "train", *LONG, "experiment=whole")
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    return outcome(cwd / "out/whole/rope-L16-s0")
+
+
 @pytest.mark.slow
 def test_kill_9_at_random_points_then_resume_gives_identical_numbers(posexp, cache_dir,
-                                                                     tmp_path):
-    assert posexp("train", *LONG, "experiment=whole").returncode == 0
-    expected = outcome(tmp_path / "out/whole/rope-L16-s0")
-
+                                                                     tmp_path, whole):
     run = tmp_path / "out/cut/rope-L16-s0"
     kill_points = sorted(random.Random(5).sample(range(10, 1000), 3))
     for point in kill_points:
@@ -65,7 +73,7 @@ def test_kill_9_at_random_points_then_resume_gives_identical_numbers(posexp, cac
     r = posexp("train", *LONG, "experiment=cut")  # the same command again
     assert r.returncode == 0, r.stderr
     assert "resuming from step" in r.stderr
-    assert outcome(run) == expected
+    assert outcome(run) == whole
     info = read_json(run / "run.json")
     assert info["status"] == "completed" and kill_points[-1] <= killed_at
     assert info["resumed_from_step"] <= killed_at
@@ -77,10 +85,8 @@ def test_kill_9_at_random_points_then_resume_gives_identical_numbers(posexp, cac
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_signal_checkpoints_then_resume_command_finishes(posexp, cache_dir, tmp_path, sig,
-                                                         code):
-    assert posexp("train", *LONG, "experiment=whole").returncode == 0
-    expected = outcome(tmp_path / "out/whole/rope-L16-s0")
+def test_signal_checkpoints_then_resume_command_finishes(posexp, cache_dir, tmp_path, whole,
+                                                         sig, code):
     run = tmp_path / "out/sig/rope-L16-s0"
     proc = start(cache_dir, tmp_path, "train", *LONG, "experiment=sig")
     wait_for_step(proc, run, 300)
@@ -95,7 +101,7 @@ def test_signal_checkpoints_then_resume_command_finishes(posexp, cache_dir, tmp_
     r = posexp("resume", str(run))
     assert r.returncode == 0, r.stderr
     assert f"resuming from step {stopped_at}" in r.stderr
-    assert outcome(run) == expected
+    assert outcome(run) == whole
 
 
 @pytest.mark.slow
@@ -119,16 +125,17 @@ def test_killed_sweep_completes_only_what_is_missing(posexp, cache_dir, tmp_path
 
 
 @pytest.mark.slow
-def test_completed_run_is_skipped_unless_resume_false(posexp, tmp_path):
+def test_completed_run_is_skipped_unless_resume_false(posexp_here, trained, tmp_path):
     args = ["train", "encoding=nope", *TINY, "results_dir=out"]
-    assert posexp(*args).returncode == 0
-    run = tmp_path / "out/default/nope-L16-s0"
+    done, trained_run = trained("nope")
+    assert done.returncode == 0, done.stderr
+    run = copy_run(trained_run, tmp_path / "out")
     stamp = (run / "checkpoint.pt").stat().st_mtime_ns
     weights = read_json(run / "run.json")["weights_sha256"]
-    r = posexp(*args)
+    r = posexp_here(*args)
     assert r.returncode == 0 and "already completed" in r.stderr and "skipped" in r.stderr
     assert (run / "checkpoint.pt").stat().st_mtime_ns == stamp
-    r = posexp(*args, "train.resume=false")
+    r = posexp_here(*args, "train.resume=false")
     assert r.returncode == 0 and (run / "checkpoint.pt").stat().st_mtime_ns != stamp
     # the old run was moved aside, whole, never deleted
     (aside,) = (tmp_path / "out/default/.replaced").iterdir()
@@ -138,9 +145,9 @@ def test_completed_run_is_skipped_unless_resume_false(posexp, tmp_path):
 
 
 @pytest.mark.slow
-def test_divergence_stops_the_run_and_the_sweep_goes_on(posexp, tmp_path):
-    r = posexp("sweep", "encoding=nope", "train.lr=1e6,0.002", *TINY, "train.log_every=2",
-               "run_name=lr${train.lr}", "results_dir=out")
+def test_divergence_stops_the_run_and_the_sweep_goes_on(posexp_here, tmp_path):
+    r = posexp_here("sweep", "encoding=nope", "train.lr=1e6,0.002", *TINY, "train.log_every=2",
+                    "run_name=lr${train.lr}", "results_dir=out")
     assert r.returncode == 1  # one of two runs did not complete
     info = read_json(tmp_path / "out/default/lr1000000.0/run.json")
     assert info["status"] == "diverged" and info["diverged_at_step"] <= 4
@@ -152,10 +159,10 @@ def test_divergence_stops_the_run_and_the_sweep_goes_on(posexp, tmp_path):
 
 
 @pytest.mark.slow
-def test_disk_full_fails_cleanly_and_keeps_the_last_checkpoint(posexp, tmp_path):
-    probe = posexp("train", "encoding=nope", *TINY, "results_dir=probe")
-    assert probe.returncode == 0
-    size = (tmp_path / "probe/default/nope-L16-s0/checkpoint.pt").stat().st_size
+def test_disk_full_fails_cleanly_and_keeps_the_last_checkpoint(posexp, trained, tmp_path):
+    probe, run = trained("nope")
+    assert probe.returncode == 0, probe.stderr
+    size = (run / "checkpoint.pt").stat().st_size
     disk = tmp_path / "disk"
     disk.mkdir()
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={int(size * 1.5)}",
@@ -177,7 +184,7 @@ def test_disk_full_fails_cleanly_and_keeps_the_last_checkpoint(posexp, tmp_path)
         subprocess.run(["umount", str(disk)], check=False)
 
 
-def test_checkpoint_with_pickled_objects_is_refused(posexp, tmp_path):
+def test_checkpoint_with_pickled_objects_is_refused(posexp_here, tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / "config.yaml").write_text("{}")
@@ -188,7 +195,7 @@ def test_checkpoint_with_pickled_objects_is_refused(posexp, tmp_path):
             return (os.system, ("echo owned > owned.txt",))
 
     torch.save({"model": Payload()}, run / "checkpoint.pt")
-    r = posexp("eval", str(run))
+    r = posexp_here("eval", str(run))
     assert r.returncode != 0
     assert not (tmp_path / "owned.txt").exists()
     r = subprocess.run([sys.executable, "-c", "from pathlib import Path; from posexp.runs import "
@@ -208,13 +215,13 @@ def test_no_api_key_in_any_results_file(posexp, tmp_path):
             assert secret.encode() not in path.read_bytes(), path
 
 
-def test_results_dir_that_cannot_be_created(posexp, tmp_path):
+def test_results_dir_that_cannot_be_created(posexp_here, tmp_path):
     (tmp_path / "afile").write_text("x")
-    r = posexp("train", "encoding=nope", *TINY, f"results_dir={tmp_path / 'afile'}")
+    r = posexp_here("train", "encoding=nope", *TINY, f"results_dir={tmp_path / 'afile'}")
     assert r.returncode == 2 and "results_dir: cannot create" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
 
 
-def test_unknown_launcher(posexp):
-    r = posexp("sweep", "encoding=nope", "hydra/launcher=ray", *TINY)
+def test_unknown_launcher(posexp_here):
+    r = posexp_here("sweep", "encoding=nope", "hydra/launcher=ray", *TINY)
     assert r.returncode == 2 and "there is no hydra/launcher 'ray'" in r.stderr

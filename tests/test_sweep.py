@@ -2,6 +2,10 @@
 
 import csv
 import json
+import os
+import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -16,11 +20,25 @@ def losses(root):
     return {r: [p["loss"] for p in read_json(root / r / "eval.json")["curve"]] for r in RUNS}
 
 
+@pytest.fixture(scope="session")
+def basic_sweep(cache_dir, tmp_path_factory):
+    """``posexp sweep GRID experiment=basic`` through the real CLI, once per session: its
+    result and the experiment's directory.  Tests that change the runs take a copy."""
+    cwd = tmp_path_factory.mktemp("sweep")
+    env = {**os.environ, "POSEXP_CACHE": str(cache_dir)}
+    env.pop("POSEXP_DEBUG", None)
+    r = subprocess.run([sys.executable, "-m", "posexp", "sweep", *GRID, "experiment=basic"],
+                       cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    return r, cwd / "out" / "basic"
+
+
 @pytest.mark.slow
-def test_sweep_basic_launcher_then_resume_then_report(posexp, tmp_path):
-    r = posexp("sweep", *GRID, "experiment=basic")
+def test_sweep_basic_launcher_then_resume_then_report(posexp, posexp_here, basic_sweep,
+                                                      tmp_path):
+    r, swept = basic_sweep
     assert r.returncode == 0, r.stderr
     root = tmp_path / "out" / "basic"
+    shutil.copytree(swept, root)
     assert all(read_json(root / n / "run.json")["status"] == "completed" for n in RUNS)
     rows = list(csv.DictReader((root / "summary.csv").open()))
     assert len(rows) == 4 * 2 and {row["encoding"] for row in rows} == {"alibi", "rope"}
@@ -31,20 +49,20 @@ def test_sweep_basic_launcher_then_resume_then_report(posexp, tmp_path):
 
     # a finished sweep re-runs no training
     stamps = {n: (root / n / "checkpoint.pt").stat().st_mtime_ns for n in RUNS}
-    r = posexp("sweep", *GRID, "experiment=basic")
+    r = posexp_here("sweep", *GRID, "experiment=basic")
     assert r.returncode == 0, r.stderr
     assert r.stderr.count("already completed") == 4 and r.stderr.count("skipped") == 4
     assert stamps == {n: (root / n / "checkpoint.pt").stat().st_mtime_ns for n in RUNS}
 
     # another identity in the same directories: refused before any job starts
-    r = posexp("sweep", *GRID, "experiment=basic", "train.lr=0.001")
+    r = posexp_here("sweep", *GRID, "experiment=basic", "train.lr=0.001")
     assert r.returncode == 2 and "holds a run of another identity (train.lr: 0.002 -> 0.001)" \
         in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert stamps == {n: (root / n / "checkpoint.pt").stat().st_mtime_ns for n in RUNS}
 
     # report: figures and tables from run.json / eval.json; a damaged run is named and skipped
     (root / "rope-L32-s0" / "eval.json").write_text('{"curve": [')
-    r = posexp("report", "out")
+    r = posexp_here("report", "out")
     assert r.returncode == 0, r.stderr
     assert "rope-L32-s0/eval.json" in r.stderr and r.stderr.count("warning") == 1
     report = tmp_path / "out" / "report"
@@ -57,13 +75,13 @@ def test_sweep_basic_launcher_then_resume_then_report(posexp, tmp_path):
         (e, L, n) for e, L in [("alibi", "16"), ("alibi", "32"), ("rope", "16")]
         for n in ("32", "64")}
     md = (report / "summary.md").read_text()
-    assert "| alibi | 32 | 1 | **" in md and "(1.00x)" in md
+    assert "| alibi | 32 | 1 | **1.000** |" in md
     assert "Runs not included" in md and "rope-L32-s0" in md and "eval.json is unreadable" in md
 
     # the report uploaded to W&B (offline here): figures and the tidy table
     r = posexp("report", "out", "--wandb", env={"WANDB_MODE": "offline", "WANDB_SILENT": "true"})
     assert r.returncode == 0, r.stderr
-    [offline] = (tmp_path / "wandb").glob("offline-run-*")
+    [offline] = (report / "wandb").glob("offline-run-*")
     images = {p.name.split("_")[0] for p in offline.glob("files/media/images/*.png")}
     assert {"extrapolation", "per"} <= images
     [table] = offline.glob("files/media/table/summary_*.table.json")
@@ -71,11 +89,11 @@ def test_sweep_basic_launcher_then_resume_then_report(posexp, tmp_path):
 
     # a damaged run.json is named and never overwritten; train.resume=false moves it aside
     (root / "alibi-L16-s0" / "run.json").write_text('{"status": "compl')
-    r = posexp("sweep", *GRID, "experiment=basic")
+    r = posexp_here("sweep", *GRID, "experiment=basic")
     assert r.returncode == 1 and "alibi-L16-s0/run.json is unreadable" in r.stderr
     assert "train.resume=false" in r.stderr and len(r.stderr.strip().splitlines()) == 1
-    r = posexp("train", "encoding=alibi", "train.seq_len=16", *GRID[2:], "experiment=basic",
-               "train.resume=false")
+    r = posexp_here("train", "encoding=alibi", "train.seq_len=16", *GRID[2:],
+                    "experiment=basic", "train.resume=false")
     assert r.returncode == 0, r.stderr
     assert read_json(root / "alibi-L16-s0" / "run.json")["status"] == "completed"
     [aside] = (root / ".replaced").iterdir()
@@ -84,34 +102,36 @@ def test_sweep_basic_launcher_then_resume_then_report(posexp, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["joblib", "submitit_local"])
-def test_parallel_launchers_give_the_same_numbers(posexp, tmp_path, launcher):
+def test_parallel_launchers_give_the_same_numbers(posexp, basic_sweep, tmp_path, launcher):
     extra = ["hydra.launcher.timeout_min=10"] if launcher.startswith("submitit") else []
-    assert posexp("sweep", *GRID, "experiment=seq").returncode == 0
+    r, swept = basic_sweep
+    assert r.returncode == 0, r.stderr
     r = posexp("sweep", *GRID, "experiment=par", f"hydra/launcher={launcher}", *extra)
     assert r.returncode == 0, r.stderr
     # one torch thread per job instead of two: the same numbers up to summation order
-    seq, par = losses(tmp_path / "out" / "seq"), losses(tmp_path / "out" / "par")
+    seq, par = losses(swept), losses(tmp_path / "out" / "par")
     assert all(par[n] == pytest.approx(seq[n], rel=1e-5) for n in RUNS)
 
 
 @pytest.mark.slow
-def test_a_failing_run_does_not_stop_the_sweep(posexp, tmp_path):
+def test_a_failing_run_does_not_stop_the_sweep(posexp_here, tmp_path):
     lines = (f"line {i} of a small text\n" for i in range(3000))
     (tmp_path / "corpus.txt").write_text("".join(lines))
-    r = posexp("sweep", "encoding=nope", "data=text", f"data.path={tmp_path / 'corpus.txt'},"
-               f"{tmp_path / 'missing.txt'}", "run_name=${data.path}", *TINY, "results_dir=out")
+    r = posexp_here("sweep", "encoding=nope", "data=text",
+                    f"data.path={tmp_path / 'corpus.txt'},{tmp_path / 'missing.txt'}",
+                    "run_name=${data.path}", *TINY, "results_dir=out")
     # run_name from a path is refused up front, before anything runs
     assert r.returncode == 2 and "run_name must be a plain directory name" in r.stderr
-    r = posexp("sweep", "encoding=nope,alibi", "data=text", f"data.path={tmp_path}/missing.txt",
-               *TINY, "results_dir=out")
+    r = posexp_here("sweep", "encoding=nope,alibi", "data=text",
+                    f"data.path={tmp_path}/missing.txt", *TINY, "results_dir=out")
     assert r.returncode == 1
     assert r.stderr.count("failed: data.path") == 2
     assert "2 of 2 runs did not complete" in r.stderr
     assert "not started" in (tmp_path / "out" / "default" / "summary.md").read_text()
 
 
-def test_sweep_rejects_a_bad_value_before_running(posexp, tmp_path):
-    r = posexp("sweep", "encoding=alibi,rpoe", *TINY, "results_dir=out")
+def test_sweep_rejects_a_bad_value_before_running(posexp_here, tmp_path):
+    r = posexp_here("sweep", "encoding=alibi,rpoe", *TINY, "results_dir=out")
     assert r.returncode == 2 and "there is no encoding 'rpoe'" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
@@ -156,48 +176,54 @@ def write_preset(path, runs):
         "experiment": "claims", "train_seq_len": 16,
         "overrides": ["train.seq_len=16", *overrides], "runs": runs,
         "thresholds": {"sinusoidal_blowup_at": 4, "sinusoidal_blowup": 2.0,
-                       "alibi_flat_at": [2, 4, 16], "alibi_flat": 1.05, "nope_margin": 0.1},
+                       "rope_between_at": [2, 4], "alibi_flat_at": [2, 4, 16],
+                       "alibi_flat": 1.05, "nope_margin": 0.1},
     }))
     return path
 
 
 @pytest.mark.slow
-def test_reproduce_prints_verdicts(posexp, tmp_path):
+def test_reproduce_prints_verdicts(posexp_here, tmp_path):
     preset = write_preset(tmp_path / "tiny.yaml", [
         ["encoding=sinusoidal"], ["encoding=rope"], ["encoding=alibi"], ["encoding=learned"],
         ["encoding=nope"], ["encoding=sinusoidal", "train.seq_len=32"]])
-    r = posexp("reproduce", "--preset", str(preset), "--results-dir", "out")
+    r = posexp_here("reproduce", "--preset", str(preset), "--results-dir", "out")
     assert r.returncode == 0, r.stderr
     out = tmp_path / "out" / "claims" / "report"
     verdicts = read_json(out / "verdicts.json")["verdicts"]
     assert [v["claim"][:2] for v in verdicts] == ["1.", "2.", "3.", "4.", "5.", "6."]
-    assert all(v["holds"] in (True, False) for v in verdicts)
-    assert verdicts[3]["holds"] is True  # learned: n/a past its table, whatever the training
-    assert "| claim | measured | holds |" in r.stdout
+    # one seed: every claim is measured, with the bootstrap interval over the scored text
+    assert {v["interval"] for v in verdicts} == {
+        "one seed (0): bootstrap over the scored text's blocks"}
+    assert all(v["verdict"] in ("holds", "does not hold", "inconclusive") for v in verdicts)
+    assert all(" [" in v["measured"] for v in verdicts)
+    assert "1. Sinusoidal positions do not extrapolate\n    " in r.stdout
+    # learned: n/a past its table, whatever the training -- a property, not a verdict
+    assert "(here at 32, 64, 128, 256)" in (out / "verdicts.md").read_text()
     assert (out / "extrapolation_sliding.png").exists()
     # run again: nothing is retrained
-    r = posexp("reproduce", "--preset", str(preset), "--results-dir", "out")
+    r = posexp_here("reproduce", "--preset", str(preset), "--results-dir", "out")
     assert r.returncode == 0 and r.stderr.count("skipped") == 12  # both modes of 6 runs
     assert "parameters" not in r.stderr  # nothing trained
 
 
 @pytest.mark.slow
-def test_reproduce_finishes_every_run_and_fails_at_the_end(posexp, tmp_path):
+def test_reproduce_finishes_every_run_and_fails_at_the_end(posexp_here, tmp_path):
     preset = write_preset(tmp_path / "broken.yaml", [
         ["encoding=sinusoidal", "data=text", f"data.path={tmp_path}/missing.txt"],
         ["encoding=alibi"]])
-    r = posexp("reproduce", "--preset", str(preset), "--results-dir", "out")
+    r = posexp_here("reproduce", "--preset", str(preset), "--results-dir", "out")
     assert r.returncode == 1
     assert "posexp reproduce: claims/sinusoidal-L16-s0: failed: data.path" in r.stderr
     assert r.stderr.strip().splitlines()[-1] == (
         "posexp: error: 1 of 2 runs failed; their claims are not measured")
     out = tmp_path / "out" / "claims"
     assert read_json(out / "alibi-L16-s0/run.json")["status"] == "completed"  # it went on
-    verdicts = {v["claim"][:2]: v["holds"] for v in read_json(out / "report/verdicts.json")[
+    verdicts = {v["claim"][:2]: v["verdict"] for v in read_json(out / "report/verdicts.json")[
         "verdicts"]}
-    assert verdicts["1."] is None and verdicts["5."] is None  # sinusoidal's claims
+    assert verdicts["1."] == verdicts["6."] == "not measured"  # sinusoidal's claims
 
 
-def test_reproduce_unknown_preset(posexp):
-    r = posexp("reproduce", "--preset", "tpu")
+def test_reproduce_unknown_preset(posexp_here):
+    r = posexp_here("reproduce", "--preset", "tpu")
     assert r.returncode == 2 and "available: cpu, gpu" in r.stderr

@@ -1,30 +1,26 @@
-"""Positional encodings by name: ``encoding=<name>`` resolves through ``ENCODINGS``."""
+"""Positional encodings by name: ``encoding=<name>`` resolves through ``ENCODINGS``.
 
-from collections.abc import Callable
+Every module of this package is imported here, and each encoding module registers itself
+(registry.py), so adding an encoding is one module in this package and one YAML file under
+``configs/encoding/``.
+"""
 
-from posexp.encodings.alibi import ALiBi
+import importlib
+import pkgutil
+
 from posexp.encodings.base import PositionalEncoding
-from posexp.encodings.learned import LearnedPositions
-from posexp.encodings.nope import NoPE
-from posexp.encodings.rope import RotaryPositions
-from posexp.encodings.sinusoidal import SinusoidalPositions
+from posexp.encodings.registry import (
+    ENCODINGS,
+    EncodingSpec,
+    ModelShape,
+    build_encoding,
+    encoding_config,
+    in_order,
+    spec_of,
+)
 
-# Each builder takes (d_model, n_head, max_positions, base).
-ENCODINGS: dict[str, Callable[[int, int, int, float], PositionalEncoding]] = {
-    "nope": lambda d, h, n, base: NoPE(),
-    "learned": lambda d, h, n, base: LearnedPositions(n, d),
-    "sinusoidal": lambda d, h, n, base: SinusoidalPositions(d),
-    "rope": lambda d, h, n, base: RotaryPositions(d // h, base),
-    "alibi": lambda d, h, n, base: ALiBi(h),
-}
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
 
-
-def build_encoding(
-    name: str, d_model: int, n_head: int, max_positions: int, base: float = 10000.0
-) -> PositionalEncoding:
-    if name not in ENCODINGS:
-        raise KeyError(f"unknown encoding {name!r}; available: {', '.join(sorted(ENCODINGS))}")
-    return ENCODINGS[name](d_model, n_head, max_positions, base)
-
-
-__all__ = ["ENCODINGS", "PositionalEncoding", "build_encoding"]
+__all__ = ["ENCODINGS", "EncodingSpec", "ModelShape", "PositionalEncoding", "build_encoding",
+           "encoding_config", "in_order", "spec_of"]

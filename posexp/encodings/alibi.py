@@ -7,11 +7,15 @@ the sequence for 2^(k+1) heads until there are n.  (Some write-ups print the fir
 2^(-8/i); that is wrong.)
 """
 
+from __future__ import annotations
+
 import math
+from dataclasses import dataclass
 
 import torch
 
-from posexp.encodings.base import PositionalEncoding
+from posexp.encodings.base import DistanceBias
+from posexp.encodings.registry import EncodingSpec, ModelShape, register
 
 
 def _geometric(n: int) -> list[float]:
@@ -28,22 +32,30 @@ def alibi_slopes(n_head: int) -> list[float]:
     return _geometric(closest) + _geometric(2 * closest)[0::2][: n_head - closest]
 
 
-def alibi_bias(slopes: torch.Tensor, q_start: int, q_len: int, k_len: int) -> torch.Tensor:
-    """[n_head, q_len, k_len] float32 bias for queries q_start.. and keys 0..k_len-1.
+class ALiBi(DistanceBias):
+    # flash-attn adds -m_h * |i - j| from the slopes alone
+    bias_kernels = ("sdpa", "flex", "flash")
 
-    -m_h * (i - j) where key j is at or before query i, and -inf after it (the causal mask).
-    """
-    i = torch.arange(q_start, q_start + q_len, device=slopes.device)[:, None]
-    j = torch.arange(k_len, device=slopes.device)[None, :]
-    distance = (i - j).float()
-    bias = -slopes.float()[:, None, None] * distance
-    return bias.masked_fill(j > i, float("-inf"))
-
-
-class ALiBi(PositionalEncoding):
     def __init__(self, n_head: int) -> None:
         super().__init__()
+        self.n_head = n_head
         self.register_buffer("slopes", torch.tensor(alibi_slopes(n_head)), persistent=False)
+
+    def distance_bias(self, h: torch.Tensor, distance: torch.Tensor) -> torch.Tensor:
+        return -self.slopes[h] * distance
 
     def attention_slopes(self) -> torch.Tensor:
         return self.slopes
+
+
+@dataclass(frozen=True)
+class ALiBiConfig:
+    def build(self, shape: ModelShape) -> ALiBi:
+        return ALiBi(shape.n_head)
+
+
+register(EncodingSpec(
+    name="alibi", label="ALiBi", order=4, module=ALiBi, config=ALiBiConfig,
+    citation="Press et al., ICLR 2022, 'Train Short, Test Long: Attention with Linear Biases "
+             "Enables Input Length Extrapolation' (arXiv:2108.12409)",
+))

@@ -1,31 +1,100 @@
 """What every positional encoding may do, so the model can ask without knowing which it holds.
 
 An encoding can (1) give a vector per position to add to the token embeddings, (2) rotate
-queries and keys, and (3) bias the attention scores through per-head slopes.  It also says
-how far it can go: ``max_positions`` is ``None`` when any length works.
+queries and keys (the same table for both, or one each), and (3) add a bias to the attention
+scores.  It also says how far it can go: ``max_positions`` is ``None`` when any length works.
+
+The score bias comes in the forms the kernels of posexp/attention.py take: ``score_bias``, a
+block of it with the causal mask, for SDPA one block of queries at a time (never heads x L x L
+at once); ``score_mod``, the same bias as FlexAttention's score function, where it has a
+closed form; ``attention_slopes``, ALiBi's slopes for flash-attn.  ``bias_kernels`` lists
+which of these an encoding has.  A bias of the distance i - j alone is a ``DistanceBias``:
+one block of it serves every block of queries.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
+
+# FlexAttention's score_mod: (score, batch, head, q_idx, kv_idx) -> score
+ScoreMod = Callable[..., torch.Tensor]
+# (cos, sin), each [seq_len, d_head] in float32
+Rotation = tuple[torch.Tensor, torch.Tensor]
 
 
 class PositionalEncoding(nn.Module):
     max_positions: int | None = None
     # Multiplier on the token embeddings, for encodings whose recipe sets one.
     token_scale: float = 1.0
+    # The kernels that can apply its score bias: "sdpa" (blocked, always), "flex" (it has a
+    # score_mod), "flash" (ALiBi's slopes); empty when it has no score bias.
+    bias_kernels: tuple[str, ...] = ()
+
+    def constrain(self) -> None:
+        """Bring learned parameters back into their allowed range (KERPLE's clamp).  The model
+        calls it at the start of every forward pass; most encodings have nothing to do."""
 
     def embedding(self, seq_len: int, device: torch.device) -> torch.Tensor | None:
         """[seq_len, d_model] to add to the token embeddings, or None."""
         return None
 
-    def rotary(
-        self, seq_len: int, device: torch.device
-    ) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """(cos, sin), each [seq_len, d_head] in float32, shared by every layer; or None."""
+    def rotary(self, seq_len: int, device: torch.device) -> Rotation | None:
+        """(cos, sin), each [seq_len, d_head] in float32, for queries and keys alike, shared
+        by every layer; or None."""
         return None
 
+    def rotary_qk(self, seq_len: int, device: torch.device) -> tuple[Rotation, Rotation] | None:
+        """The rotations the model applies: (cos, sin) for the queries and for the keys.
+        Both are ``rotary`` unless the encoding treats them apart (xPos)."""
+        shared = self.rotary(seq_len, device)
+        return None if shared is None else (shared, shared)
+
+    def score_bias(
+        self, layer: int, q_start: int, q_len: int, k_len: int, device: torch.device
+    ) -> torch.Tensor:
+        """[n_head, q_len, k_len] float32 bias of layer ``layer`` for queries q_start.. and
+        keys 0..k_len-1, -inf on keys after their query (the causal mask): SDPA's attn_mask.
+        Differentiable in the encoding's parameters."""
+        raise NotImplementedError(f"{type(self).__name__} has no score bias")
+
+    def score_mod(self, layer: int) -> ScoreMod:
+        """The bias of layer ``layer`` as FlexAttention's score_mod (when "flex" is one of
+        its bias_kernels)."""
+        raise NotImplementedError(f"{type(self).__name__} has no FlexAttention score_mod")
+
     def attention_slopes(self) -> torch.Tensor | None:
-        """[n_head] slopes m_h of the score bias -m_h * (i - j); or None."""
+        """[n_head] slopes m_h of the score bias -m_h * (i - j) (ALiBi); or None."""
         return None
+
+
+class DistanceBias(PositionalEncoding):
+    """A score bias b_h(i - j) of the distance alone, the same in every layer (ALiBi, T5,
+    KERPLE).  A subclass writes ``distance_bias`` once, elementwise; it serves both the
+    blocked SDPA path and FlexAttention."""
+
+    bias_kernels = ("sdpa", "flex")
+    n_head: int
+
+    def distance_bias(self, h: torch.Tensor, distance: torch.Tensor) -> torch.Tensor:
+        """b_h(d) for head indices h and distances d >= 0 (integer tensors that broadcast)."""
+        raise NotImplementedError
+
+    def score_bias(
+        self, layer: int, q_start: int, q_len: int, k_len: int, device: torch.device
+    ) -> torch.Tensor:
+        h = torch.arange(self.n_head, device=device)[:, None, None]
+        distance = (torch.arange(q_start, q_start + q_len, device=device)[:, None]
+                    - torch.arange(k_len, device=device))
+        # distances clamped at 0 above the diagonal, so that no NaN (log or power of a
+        # negative number) reaches the gradient through the mask
+        bias = self.distance_bias(h, distance.clamp(min=0)).float()
+        return bias.masked_fill(distance < 0, float("-inf"))
+
+    def score_mod(self, layer: int) -> ScoreMod:
+        def add_bias(score, b, h, q_idx, kv_idx):
+            return score + self.distance_bias(h, (q_idx - kv_idx).clamp(min=0))
+
+        return add_bias

@@ -4,10 +4,15 @@ The table has ``max_positions`` rows and nothing past them.  The model refuses l
 inputs; the evaluator reports those lengths as not applicable instead of clamping.
 """
 
+from __future__ import annotations
+
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
 from posexp.encodings.base import PositionalEncoding
+from posexp.encodings.registry import EncodingSpec, ModelShape, register, require
 
 
 class LearnedPositions(PositionalEncoding):
@@ -23,3 +28,22 @@ class LearnedPositions(PositionalEncoding):
                 f"learned positions have {self.max_positions} rows; got {seq_len} positions"
             )
         return self.table.weight[:seq_len]
+
+
+@dataclass(frozen=True)
+class LearnedConfig:
+    max_positions: int  # encoding.max_positions: rows in the table (default train.seq_len)
+
+    def __post_init__(self) -> None:
+        require(self.max_positions > 0, "max_positions", "positive", self.max_positions)
+
+    def build(self, shape: ModelShape) -> LearnedPositions:
+        return LearnedPositions(self.max_positions, shape.d_model)
+
+
+register(EncodingSpec(
+    name="learned", label="learned", order=1, module=LearnedPositions, config=LearnedConfig,
+    extrapolates=False,
+    citation="Devlin et al., NAACL 2019 (BERT); Radford et al. 2019 (GPT-2): a trained "
+             "table of absolute positions",
+))

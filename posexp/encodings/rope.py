@@ -7,11 +7,21 @@ theta_i = base^(-2i/d_head), so q_m . k_n depends only on m - n.
 
 cos and sin are computed once per forward pass (not per layer) in float32 and cached; the
 cache grows when a longer input arrives.
+
+A context-extension scaling (``rope_scaling.py``: PI, NTK-aware, dynamic NTK, YaRN, Llama 3)
+can be switched on or off at any time with ``set_scaling``, without touching the weights:
+evaluation scores a trained run with it, and a fine-tune trains with it.
 """
+
+from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
 from posexp.encodings.base import PositionalEncoding
+from posexp.encodings.registry import EncodingSpec, ModelShape, register, require
+from posexp.encodings.rope_scaling import RopeScaling, rope_frequencies
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -26,20 +36,66 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 
 
 class RotaryPositions(PositionalEncoding):
-    def __init__(self, d_head: int, base: float = 10000.0) -> None:
+    def __init__(
+        self,
+        d_head: int,
+        base: float = 10000.0,
+        scaling: RopeScaling | None = None,
+        original_len: int | None = None,
+    ) -> None:
         super().__init__()
         if d_head % 2:
             raise ValueError(f"rope needs an even head dimension, got {d_head}")
-        self.base = base
-        inv_freq = base ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)
-        self.register_buffer("inv_freq", inv_freq.float(), persistent=False)
-        self.register_buffer("cos", torch.empty(0, d_head), persistent=False)
-        self.register_buffer("sin", torch.empty(0, d_head), persistent=False)
+        self.d_head, self.base = d_head, base
+        self.set_scaling(scaling, original_len)
+
+    def set_scaling(self, scaling: RopeScaling | None, original_len: int | None = None) -> None:
+        """Scale RoPE for context extension (None: plain RoPE).
+
+        original_len is the length the weights were first trained at (train.seq_len; for a
+        fine-tune, its parent's), the L of every formula in rope_scaling.py.
+        """
+        # raises here, not at the first forward, on a scaling that cannot be computed
+        rope_frequencies(self.d_head, self.base, scaling, original_len, original_len)
+        self.scaling, self.original_len = scaling, original_len
+        self.register_buffer("cos", torch.empty(0, self.d_head), persistent=False)
+        self.register_buffer("sin", torch.empty(0, self.d_head), persistent=False)
+        # The window length the cached table was built for, when its frequencies depend on it
+        # (dynamic NTK above the training length); None when any prefix of it is valid.
+        self._cached_window: int | None = None
 
     def rotary(self, seq_len: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.cos.shape[0] < seq_len or self.cos.device != device:
+        follows = self.scaling is not None and self.scaling.follows_window
+        window = seq_len if follows and seq_len > self.original_len else None
+        stale = self.cos.shape[0] < seq_len or self.cos.device != device
+        if stale or window != self._cached_window:
+            inv_freq, scale = rope_frequencies(
+                self.d_head, self.base, self.scaling, self.original_len, seq_len
+            )
+            # inv_freq is rounded to float32 (as transformers keeps it); angles are float64
             positions = torch.arange(seq_len, device=device, dtype=torch.float64)
-            angles = positions[:, None] * self.inv_freq.to(device, torch.float64)
+            angles = positions[:, None] * inv_freq.float().to(device, torch.float64)
             angles = torch.cat((angles, angles), dim=-1)
-            self.cos, self.sin = angles.cos().float(), angles.sin().float()
+            # YaRN's temperature multiplies cos and sin, so q.k by scale^2 (transformers'
+            # attention_scaling); for every other method scale is 1.0, a no-op
+            self.cos, self.sin = (angles.cos() * scale).float(), (angles.sin() * scale).float()
+            self._cached_window = window
         return self.cos[:seq_len], self.sin[:seq_len]
+
+
+@dataclass(frozen=True)
+class RopeConfig:
+    base: float = 10000.0  # encoding.base: theta_i = base^(-2i/d_head)
+
+    def __post_init__(self) -> None:
+        require(self.base > 1.0, "base", "above 1", self.base)
+
+    def build(self, shape: ModelShape) -> RotaryPositions:
+        return RotaryPositions(shape.d_head, self.base)
+
+
+register(EncodingSpec(
+    name="rope", label="RoPE", order=3, module=RotaryPositions, config=RopeConfig,
+    citation="Su et al., Neurocomputing 2024, 'RoFormer: Enhanced Transformer with Rotary "
+             "Position Embedding' (arXiv:2104.09864)",
+))

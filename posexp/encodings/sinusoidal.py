@@ -8,11 +8,15 @@ As in the paper, the token embeddings are multiplied by sqrt(d_model) before the
 added; otherwise the unit-size sines drown small-initialised token embeddings.
 """
 
+from __future__ import annotations
+
 import math
+from dataclasses import dataclass
 
 import torch
 
 from posexp.encodings.base import PositionalEncoding
+from posexp.encodings.registry import EncodingSpec, ModelShape, register
 
 
 def sinusoidal_table(
@@ -39,3 +43,16 @@ class SinusoidalPositions(PositionalEncoding):
         if self.table.shape[0] < seq_len or self.table.device != device:
             self.table = sinusoidal_table(seq_len, self.d_model, device)
         return self.table[:seq_len]
+
+
+@dataclass(frozen=True)
+class SinusoidalConfig:
+    def build(self, shape: ModelShape) -> SinusoidalPositions:
+        return SinusoidalPositions(shape.d_model)
+
+
+register(EncodingSpec(
+    name="sinusoidal", label="sinusoidal", order=2, module=SinusoidalPositions,
+    config=SinusoidalConfig,
+    citation="Vaswani et al., NeurIPS 2017, 'Attention Is All You Need', sec. 3.5",
+))

@@ -1,0 +1,146 @@
+"""RoPE context extension: new inverse frequencies (and YaRN's temperature) for a trained RoPE.
+
+Plain RoPE turns pair i by pos * theta_i, theta_i = base^(-2i/d), d = the rotary (head)
+dimension.  Each method below changes only theta (and YaRN also scales cos and sin).  s is
+the factor, L the original context (the run's training length, train.seq_len), T the length
+of the window being scored.  The formulas are those of transformers'
+``modeling_rope_utils.ROPE_INIT_FUNCTIONS`` and the papers they cite:
+
+- ``linear`` (Position Interpolation, Chen et al. 2023, arXiv:2306.15595: f'(x, m) =
+  f(x, m/s)): theta_i / s, the same as dividing every position by s.
+- ``ntk`` (NTK-aware, bloc97 2023): base' = base * s^(d/(d-2)), so the highest frequency
+  (i = 0) is unchanged and the lowest (i = d/2 - 1) is divided by exactly s.
+- ``dynamic`` (dynamic NTK, emozilla 2023; ``_compute_dynamic_ntk_parameters``): NTK with
+  base' = base * (s*T/L - (s-1))^(d/(d-2)) for T > L, plain RoPE for T <= L.  The frequencies
+  follow the window's length, so s = 1 is *not* plain RoPE above L: it is NTK with scale T/L.
+- ``yarn`` (Peng et al., ICLR 2024, arXiv:2309.00071, sec. 3.2 "NTK-by-parts" and 3.4;
+  ``_compute_yarn_parameters``):
+  pairs that turn more than beta_fast times over L keep theta_i, pairs that turn fewer than
+  beta_slow times get theta_i / s, and a linear ramp over the pair index joins the two; the
+  ramp's ends (``find_correction_range``) are rounded outwards (floor, ceil) as transformers
+  and the paper's code do.  cos and sin are multiplied by mscale = 0.1 ln s + 1 (the paper's
+  sqrt(1/t)), so every score q.k is multiplied by mscale^2.
+- ``llama3`` (Llama 3.1, Meta's ``apply_scaling``; ``_compute_llama3_parameters``): wavelengths
+  2 pi / theta_i shorter than L / high_freq_factor keep theta_i, longer than L / low_freq_factor
+  get theta_i / s, and in between the blend is linear in L / wavelength.
+
+Factor 1 gives plain RoPE exactly for every method but ``dynamic`` above L (see above).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """A RoPE context-extension method, its factor s and its parameters (the papers' defaults)."""
+
+    method: str  # linear | ntk | dynamic | yarn | llama3
+    factor: float
+    beta_fast: float = 32.0  # yarn: pairs turning more often than this over L are kept
+    beta_slow: float = 1.0  # yarn: pairs turning less often than this over L are interpolated
+    low_freq_factor: float = 1.0  # llama3: wavelengths above L / low_freq_factor are interpolated
+    high_freq_factor: float = 4.0  # llama3: wavelengths below L / high_freq_factor are kept
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(
+                f"unknown RoPE scaling {self.method!r}; available: {', '.join(METHODS)}"
+            )
+        if not self.factor >= 1.0:
+            raise ValueError(f"RoPE scaling factor must be at least 1, got {self.factor}")
+        if not self.beta_fast > self.beta_slow > 0:
+            raise ValueError("yarn needs beta_fast > beta_slow > 0, got "
+                             f"{self.beta_fast}, {self.beta_slow}")
+        if not self.high_freq_factor > self.low_freq_factor > 0:
+            raise ValueError("llama3 needs high_freq_factor > low_freq_factor > 0, got "
+                             f"{self.high_freq_factor}, {self.low_freq_factor}")
+
+    @property
+    def follows_window(self) -> bool:
+        """Whether the frequencies depend on the window length T (dynamic NTK)."""
+        return self.method == "dynamic"
+
+
+def plain_inv_freq(d: int, base: float) -> torch.Tensor:
+    """theta_i = base^(-2i/d) for i = 0 .. d/2 - 1, in float64 (Su et al., RoFormer)."""
+    return base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+
+
+def _blend(inv_freq: torch.Tensor, factor: float, keep: torch.Tensor) -> torch.Tensor:
+    """keep * theta + (1 - keep) * theta / s: keep = 1 extrapolates a pair, 0 interpolates it."""
+    return (1 - keep) * inv_freq / factor + keep * inv_freq
+
+
+def _ntk_exponent(d: int) -> float:
+    if d <= 2:
+        raise ValueError(f"NTK-aware scaling needs a rotary dimension above 2, got {d}")
+    return d / (d - 2)
+
+
+def _linear(s: RopeScaling, d: int, base: float, L: int, T: int) -> tuple[torch.Tensor, float]:
+    return plain_inv_freq(d, base) / s.factor, 1.0
+
+
+def _ntk(s: RopeScaling, d: int, base: float, L: int, T: int) -> tuple[torch.Tensor, float]:
+    return plain_inv_freq(d, base * s.factor ** _ntk_exponent(d)), 1.0
+
+
+def _dynamic(s: RopeScaling, d: int, base: float, L: int, T: int) -> tuple[torch.Tensor, float]:
+    if T <= L:
+        return plain_inv_freq(d, base), 1.0
+    return plain_inv_freq(d, base * (s.factor * T / L - (s.factor - 1)) ** _ntk_exponent(d)), 1.0
+
+
+def _yarn(s: RopeScaling, d: int, base: float, L: int, T: int) -> tuple[torch.Tensor, float]:
+    def pair_turning(rotations: float) -> float:  # the pair that turns `rotations` times over L
+        return d * math.log(L / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low = max(math.floor(pair_turning(s.beta_fast)), 0)
+    high = min(math.ceil(pair_turning(s.beta_slow)), d - 1)
+    if high == low:
+        high += 0.001  # as transformers: no division by zero
+    interpolate = ((torch.arange(d // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
+    return _blend(plain_inv_freq(d, base), s.factor, 1 - interpolate), 0.1 * math.log(s.factor) + 1
+
+
+def _llama3(s: RopeScaling, d: int, base: float, L: int, T: int) -> tuple[torch.Tensor, float]:
+    inv_freq = plain_inv_freq(d, base)
+    rotations = L * inv_freq / (2 * math.pi)  # L / wavelength
+    keep = (rotations - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor)
+    return _blend(inv_freq, s.factor, keep.clamp(0, 1)), 1.0
+
+
+# (scaling, d, base, L, T) -> (inv_freq float64 [d/2], factor on cos and sin)
+METHODS: dict[str, Callable[..., tuple[torch.Tensor, float]]] = {
+    "linear": _linear, "ntk": _ntk, "dynamic": _dynamic, "yarn": _yarn, "llama3": _llama3,
+}
+
+
+def rope_frequencies(
+    d: int,
+    base: float,
+    scaling: RopeScaling | None = None,
+    original_len: int | None = None,
+    window_len: int | None = None,
+) -> tuple[torch.Tensor, float]:
+    """(inv_freq float64 [d/2], attention_scale) of RoPE over d rotary dimensions.
+
+    original_len is the training length L (needed by every scaling), window_len the length T
+    of the window about to be scored (read by ``dynamic`` only).  attention_scale multiplies
+    cos and sin, hence every attention score by its square.
+    """
+    if scaling is None:
+        return plain_inv_freq(d, base), 1.0
+    if original_len is None or original_len < 1:
+        raise ValueError(f"RoPE scaling needs the training length, got {original_len}")
+    if scaling.factor == 1.0 and not scaling.follows_window:
+        return plain_inv_freq(d, base), 1.0  # what the formulas reduce to, without rounding
+    if scaling.follows_window and window_len is None:
+        raise ValueError("dynamic RoPE scaling needs the window length")
+    return METHODS[scaling.method](scaling, d, base, original_len, window_len)

@@ -1,0 +1,64 @@
+"""Run directories written without training: the files posexp train leaves, with a curve
+whose every number is known, for tests of what reads runs back (ls, compare, report)."""
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+from omegaconf import OmegaConf
+
+from posexp import config as C
+from posexp import stats
+from posexp.cli import compose
+from tests.conftest import TINY
+
+FINGERPRINT = "7f3e3fa2ed09" + "0" * 52
+
+
+def curve_point(mode: str, length: int, losses: np.ndarray, first: int = 1000,
+                stride: int | None = None) -> dict:
+    """A scored point of the target ``losses`` (nats, one per scored token), with its block
+    losses and bootstrap interval, as evaluate.extrapolation_curve writes it."""
+    loss = float(losses.mean())
+    block_loss, block_tokens = stats.block_sums(losses)
+    p = {"mode": mode, "length": length, "stride": stride or length, "first_token": first,
+         "tokens": len(losses), "applicable": True, "reason": None, "loss": loss,
+         "ppl": math.exp(loss), "bits_per_token": loss / math.log(2),
+         "bits_per_byte": loss / math.log(2), "seconds": 0.1,
+         "block_loss": block_loss, "block_tokens": block_tokens}
+    p["ppl_low"], p["ppl_high"] = stats.ppl_interval(p)
+    return p
+
+
+def not_applicable(length: int, tokens: int, first: int = 1000) -> dict:
+    return {"mode": "nonoverlapping", "length": length, "stride": length, "first_token": first,
+            "tokens": tokens, "applicable": False, "loss": None, "ppl": None,
+            "reason": f"learned positions stop at 16; there is no position 16 or beyond to "
+                      f"evaluate {length} tokens"}
+
+
+def write_run(path: Path, overrides: list[str], curve: list[dict], status: str = "completed",
+              reason: str | None = None, corpus: str = FINGERPRINT) -> Path:
+    """config.yaml, run.json and (for a completed run) eval.json of a run of TINY with
+    ``overrides``."""
+    C.register()
+    cfg = C.resolve(compose([*TINY, *overrides]))
+    path.mkdir(parents=True)
+    (path / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    info = {"status": status, "reason": reason, "name": path.name,
+            "experiment": path.parent.name, "encoding": cfg.encoding.name,
+            "seq_len": cfg.train.seq_len, "seed": cfg.seed,
+            "model": {k: cfg.model[k] for k in ("d_model", "n_layer", "n_head")},
+            "corpus": {"name": "stdlib", "fingerprint": corpus, "tokenizer": "byte",
+                       "tokenizer_fingerprint": "1c31626f568a" + "0" * 52,
+                       "vocab_size": 256, "val_tokens": 100_000}}
+    (path / "run.json").write_text(json.dumps(info))
+    if status == "completed":
+        (path / "eval.json").write_text(json.dumps({"curve": curve, "per_position": []}))
+    return path
+
+
+def losses(level: float, n: int = 512, seed: int = 0) -> np.ndarray:
+    """Per-token losses around ``level`` nats, fixed by ``seed``."""
+    return level + 0.5 * np.random.default_rng(seed).standard_normal(n)

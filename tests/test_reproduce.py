@@ -1,0 +1,282 @@
+"""The claim suite's verdicts, on synthetic run directories whose perplexities are chosen.
+
+Each point holds block losses (as evaluate.py writes them), so the intervals the verdicts
+use -- Student-t over seeds, or the paired bootstrap over blocks for one seed -- are computed
+from known numbers.
+"""
+
+import functools
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from omegaconf import DictConfig, OmegaConf
+
+import posexp.experiment
+from posexp import config as C
+from posexp import stats
+from posexp.cli import CONFIG_DIR, compose, compose_overrides
+from posexp.errors import PosexpError, UsageError
+from posexp.reproduce import FAILS, HOLDS, INCONCLUSIVE, UNMEASURED, reproduce, verdicts
+from posexp.runs import load_runs
+
+C.register()
+
+SMALL = ("model.d_model=32", "model.n_layer=1", "model.n_head=2")
+NO, SL = "nonoverlapping", "sliding"
+REGION = (1000, 512)  # (first_token, tokens)
+VERSIONS = {"posexp": "0.1.0", "python": "3.11.7", "torch": "2.13.0"}
+THRESHOLDS = {"sinusoidal_blowup_at": 4, "sinusoidal_blowup": 2.0, "rope_between_at": [2, 4],
+              "alibi_flat_at": [2, 4], "alibi_flat": 1.05, "nope_margin": 0.1}
+PRESET = OmegaConf.create({"train_seq_len": 16, "thresholds": THRESHOLDS})
+# perplexity at 1, 2, 4 x L (and 8 x L = 128 for sinusoidal trained at 2L)
+CLAIM_RUNS = {
+    ("sinusoidal", 16): {16: 5.0, 32: 9.0, 64: 15.0},
+    ("rope", 16): {16: 4.0, 32: 4.5, 64: 6.0},
+    ("alibi", 16): {16: 5.0, 32: 5.0, 64: 5.1},
+    ("learned", 16): {16: 4.5, 32: None, 64: None},
+    ("nope", 16): {16: 7.0, 32: 7.5, 64: 9.0},
+    ("sinusoidal", 32): {32: 8.0, 64: 12.0, 128: 20.0},
+}
+# the scored text's own difficulty, block by block: the same for every point of a region
+TEXT = np.random.default_rng(0).normal(0, 0.3, 64)
+
+
+@functools.lru_cache
+def config_text(overrides: tuple[str, ...]) -> str:
+    cfg = compose_overrides(list(overrides), {})
+    C.check(cfg)
+    return OmegaConf.to_yaml(C.resolve(cfg), resolve=True)
+
+
+def point(mode: str, length: int, ppl: float | None, region=REGION, noise=0.0) -> dict:
+    """A curve point as evaluate.py writes it, whose blocks' losses are log(ppl) plus the
+    text's difficulty (centred, so the point's perplexity is ``ppl``) and ``noise``."""
+    first, tokens = region
+    p = {"mode": mode, "length": length, "stride": length if mode == NO else length // 2,
+         "first_token": first, "tokens": tokens, "applicable": ppl is not None,
+         "reason": None if ppl is not None else f"positions stop before {length}",
+         "loss": None, "ppl": ppl, "bits_per_token": None, "bits_per_byte": None,
+         "seconds": 0.5}
+    if ppl is not None:
+        n = tokens // 64
+        per_block = math.log(ppl) + TEXT - TEXT.mean() + noise * np.random.default_rng(
+            length).normal(0, 1, 64)
+        per_block += math.log(ppl) - per_block.mean()
+        p["block_loss"] = (per_block * n).tolist()
+        p["block_tokens"] = [n] * 64
+        p["loss"] = math.log(ppl)
+        p["ppl_low"], p["ppl_high"] = stats.ppl_interval(p)
+    return p
+
+
+def curve(ppl: dict, mode: str = NO, region=REGION, noise=0.0) -> list[dict]:
+    return [point(mode, length, v, region, noise) for length, v in ppl.items()]
+
+
+def write_run(path: Path, text: str, points: list[dict]) -> Path:
+    cfg = OmegaConf.create(text)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.yaml").write_text(text)
+    (path / "run.json").write_text(json.dumps({
+        "status": "completed", "name": path.name, "experiment": path.parent.name,
+        "encoding": cfg.encoding.name, "seq_len": cfg.train.seq_len, "seed": cfg.seed,
+        "n_params": 12345, "device": "cpu", "versions": VERSIONS}))
+    (path / "eval.json").write_text(json.dumps({"curve": points, "per_position": []}))
+    return path
+
+
+def make_run(root: Path, encoding: str, seq_len: int, seed: int, points: list[dict]) -> Path:
+    text = config_text((f"encoding={encoding}", f"train.seq_len={seq_len}", f"seed={seed}",
+                        *SMALL))
+    return write_run(root / f"{encoding}-L{seq_len}-s{seed}", text, points)
+
+
+def claim_runs(root: Path, seeds=(0,), skip=(), regions=None, sliding=None, scale=None,
+               noise=0.0) -> list:
+    """The preset's six runs at each seed; ``scale(enc, L, seed)`` multiplies a run's
+    perplexities past its training length (seed-to-seed variation)."""
+    for seed in seeds:
+        for (enc, L), ppl in CLAIM_RUNS.items():
+            if (enc, L) in skip:
+                continue
+            f = scale(enc, L, seed) if scale else 1.0
+            ppl = {n: (v if v is None or n == L else v * f) for n, v in ppl.items()}
+            region = (regions or {}).get((enc, L), REGION)
+            points = curve(ppl, region=region, noise=noise)
+            if enc == "alibi":
+                points += curve(sliding or {16: 4.0, 32: 4.0, 64: 4.1}, SL, region, noise)
+            make_run(root, enc, L, seed, points)
+    return load_runs(root)[0]
+
+
+def by_number(rows) -> dict[int, object]:
+    return {int(v.claim.split(".")[0]): v for v in rows}
+
+
+def test_three_seeds_give_t_intervals_and_verdicts(tmp_path):
+    # seeds spread every run's degradation by +-2%: far from every threshold but claim 3's
+    v = by_number(verdicts(claim_runs(tmp_path, seeds=(0, 1, 2),
+                                      scale=lambda e, L, s: 1 + 0.02 * (s - 1)), PRESET, 512))
+    assert {n: v[n].verdict for n in v} == {1: HOLDS, 2: HOLDS, 3: INCONCLUSIVE, 4: HOLDS,
+                                            5: FAILS, 6: HOLDS}
+    assert v[1].interval == "Student-t over seeds 0, 1, 2 (log scale)"
+    # sinusoidal ppl(4L)/ppl(L) = 3 x (0.98, 1.00, 1.02): t(2) interval of the log ratios
+    expected = stats.t_interval([2.94, 3.0, 3.06], log=True)
+    assert v[1].measured == f"sinusoidal ppl(4L)/ppl(L) = {expected.text(3)}"
+    assert expected.low < 3.0 < expected.high
+    assert v[1].source.startswith("Press et al.") and "Fig. 1" in v[1].source
+    assert v[1].threshold.startswith("sinusoidal ppl(4L)/ppl(L) >= 2 (")
+    # claim 3: alibi's 4L ratio is 1.02 +- 2%: its interval reaches past 1.05, so inconclusive
+    assert "alibi ppl(4L)/ppl(L) = 1.020 [" in v[3].measured
+    assert v[5].source.startswith("Haviv et al.") and v[6].source.startswith("Kazemnejad")
+
+
+def test_a_claim_that_straddles_its_threshold_is_inconclusive(tmp_path):
+    # sinusoidal blows up 2.7x with seed 0 and only 1.5x with seed 1: the interval spans 2
+    def scale(enc, L, seed):
+        return (0.9 if seed == 0 else 0.5) if enc == "sinusoidal" and L == 16 else 1.0
+
+    v = by_number(verdicts(claim_runs(tmp_path, seeds=(0, 1), scale=scale), PRESET, 512))
+    assert v[1].verdict == INCONCLUSIVE
+    low, high = (float(x) for x in v[1].measured.split("[")[1].rstrip("]").split(", "))
+    assert low < 2.0 < high
+
+
+def test_identical_seeds_decide_on_the_value(tmp_path):
+    v = by_number(verdicts(claim_runs(tmp_path, seeds=(0, 1, 2)), PRESET, 512))
+    assert v[1].measured == "sinusoidal ppl(4L)/ppl(L) = 3.000 [3.000, 3.000]"
+    assert {n: v[n].verdict for n in v} == {1: HOLDS, 2: HOLDS, 3: HOLDS, 4: HOLDS, 5: FAILS,
+                                            6: HOLDS}
+
+
+def test_one_seed_uses_the_paired_bootstrap(tmp_path):
+    # every point carries the same text difficulty: a ratio of two points cancels it, so the
+    # intervals are exact however hard the text is
+    v = by_number(verdicts(claim_runs(tmp_path), PRESET, 512))
+    assert v[1].interval == "one seed (0): bootstrap over the scored text's blocks"
+    assert v[1].measured == "sinusoidal ppl(4L)/ppl(L) = 3.000 [3.000, 3.000]"
+    # with noise of its own at each length, the interval opens up around the value
+    noisy = by_number(verdicts(claim_runs(tmp_path / "noisy", noise=0.5), PRESET, 512))
+    value, interval = noisy[1].measured.split(" = ")[1].split(" [")
+    low, high = (float(x) for x in interval.rstrip("]").split(", "))
+    assert low < float(value) < high and high - low > 0.3
+
+
+def test_old_points_without_blocks_are_inconclusive_not_guessed(tmp_path):
+    runs = claim_runs(tmp_path)
+    for r in runs:
+        for p in r.curve:
+            p.pop("block_loss", None), p.pop("block_tokens", None)
+    v = by_number(verdicts(runs, PRESET, 512))
+    assert v[1].verdict == INCONCLUSIVE
+    assert v[1].measured == ("sinusoidal ppl(4L)/ppl(L) = 3.000 (no interval: rescore with "
+                             "posexp eval RUN)")
+
+
+def test_a_claim_that_lost_a_run_is_not_measured(tmp_path):
+    v = by_number(verdicts(claim_runs(tmp_path, skip={("rope", 16)}), PRESET, 512))
+    assert v[2].verdict == v[5].verdict == UNMEASURED
+    assert v[2].measured == ("not measured: no completed run of rope L=16 with nonoverlapping "
+                             "points")
+    assert v[1].verdict == HOLDS
+
+
+def test_claims_compare_only_seeds_every_run_has(tmp_path):
+    claim_runs(tmp_path, seeds=(0, 1))
+    claim_runs(tmp_path, seeds=(2,), skip=set(CLAIM_RUNS) - {("sinusoidal", 16)})
+    v = by_number(verdicts(load_runs(tmp_path)[0], PRESET, 512))
+    assert v[1].interval == "Student-t over seeds 0, 1, 2 (log scale)"
+    assert v[2].interval == "Student-t over seeds 0, 1 (log scale)"
+
+
+def test_verdicts_never_combine_scored_regions(tmp_path):
+    runs = claim_runs(tmp_path, regions={("sinusoidal", 32): (3000, 512)})
+    v = by_number(verdicts(runs, PRESET, 512))
+    assert v[4].verdict == UNMEASURED
+    assert v[4].measured.startswith("not measured: no scored region of 512 tokens common to "
+                                    "its runs (alibi L=16 nonoverlapping: 512 tok @ 1000; "
+                                    "sinusoidal L=32 nonoverlapping: 512 tok @ 3000)")
+    assert v[1].verdict == HOLDS
+    v = by_number(verdicts(runs, PRESET, 256))
+    assert all(v[n].verdict == UNMEASURED for n in v)
+
+
+def test_verdicts_never_combine_modes(tmp_path):
+    # sliding is flat against nonoverlapping ppl(L)=5 but not against its own ppl(L)=4
+    v = by_number(verdicts(claim_runs(tmp_path, sliding={16: 4.0, 32: 6.0, 64: 6.0}), PRESET,
+                           512))
+    assert v[3].verdict == FAILS
+    assert "alibi sliding ppl(2L)/ppl(L) = 1.500 [1.500, 1.500]" in v[3].measured
+
+
+def _fake_experiment(calls: list, fail: str):
+    """experiment.run writing a completed synthetic run (or failing for encoding ``fail``)."""
+
+    def run(cfg: DictConfig, progress: bool = True, group: str | None = None) -> str:
+        calls.append((cfg.encoding.name, cfg.train.seq_len, cfg.seed,
+                      C.EvalMode(cfg.eval.mode).value))
+        if cfg.encoding.name == fail:
+            raise PosexpError(f"cannot read the corpus for {fail}\nsecond line")
+        path = Path(cfg.results_dir) / cfg.experiment / cfg.run_name
+        ppl = CLAIM_RUNS[(cfg.encoding.name, cfg.train.seq_len)]
+        mode = C.EvalMode(cfg.eval.mode).value
+        points = curve({L: ppl.get(L, 50.0) for L in C.eval_lengths(cfg)}, mode)
+        if (path / "eval.json").exists():
+            points = json.loads((path / "eval.json").read_text())["curve"] + points
+        write_run(path, OmegaConf.to_yaml(C.resolve(cfg), resolve=True), points)
+        return "completed"
+
+    return run
+
+
+def write_preset(path: Path, **fields) -> Path:
+    path.write_text(json.dumps({
+        "experiment": "claims", "train_seq_len": 16, "description": "tiny", "seeds": [0, 1],
+        "overrides": ["train.seq_len=16", *SMALL, "eval.tokens=512", "eval.lengths=[16,32,64]"],
+        "runs": [["encoding=sinusoidal"], ["encoding=rope"], ["encoding=alibi"],
+                 ["encoding=learned"], ["encoding=nope"],
+                 ["encoding=sinusoidal", "train.seq_len=32", "eval.lengths=[32,64]"]],
+        "thresholds": THRESHOLDS, **fields}))
+    return path
+
+
+def test_reproduce_runs_every_seed_and_fails_at_the_end(tmp_path, monkeypatch, capsys):
+    preset = write_preset(tmp_path / "tiny.yaml")
+    calls: list = []
+    monkeypatch.setattr(posexp.experiment, "run", _fake_experiment(calls, fail="rope"))
+    with pytest.raises(PosexpError, match=r"^2 of 12 runs failed; their claims are not "
+                                          r"measured$"):
+        reproduce(str(preset), tmp_path / "out", Path(CONFIG_DIR), compose)
+    # every other run was trained and scored in both modes at both seeds
+    assert len(calls) == 2 * (5 * 2 + 1)
+    assert {c[2] for c in calls} == {0, 1}
+    report = tmp_path / "out" / "claims" / "report"
+    v = json.loads((report / "verdicts.json").read_text())
+    assert v["seeds"] == [0, 1]
+    got = {int(x["claim"].split(".")[0]): x["verdict"] for x in v["verdicts"]}
+    assert got == {1: HOLDS, 2: UNMEASURED, 3: HOLDS, 4: HOLDS, 5: UNMEASURED, 6: HOLDS}
+    md = (report / "verdicts.md").read_text()
+    assert "## Claims of Press et al." in md and "## Claims about no positional encoding" in md
+    assert "## A property, not a claim\n\nLearned absolute positions have no row past their " \
+           "table (L = 16): posexp reports n/a rather than clamping positions (here at 32, " \
+           "64)." in md
+    assert "| package | version |\n|---|---|\n| posexp | 0.1.0 |\n| python | 3.11.7 |" in md
+    assert "Intervals: Student-t over seeds 0, 1 (log scale)." in md
+    out = capsys.readouterr().out
+    assert "1. Sinusoidal positions do not extrapolate\n    HOLDS: sinusoidal ppl(4L)/ppl(L)" \
+        in out
+
+
+@pytest.mark.parametrize("fields,message", [
+    ({"seeds": [0, 0]}, "seeds must be a list of distinct non-negative integers"),
+    ({"seeds": [-1]}, "seeds must be a list of distinct non-negative integers"),
+    ({"seeds": []}, "seeds must be a list of distinct non-negative integers"),
+    ({"overrides": ["seed=3"]}, "set the seeds in its seeds: list, not as seed="),
+])
+def test_preset_seeds_are_checked(tmp_path, fields, message):
+    preset = write_preset(tmp_path / "bad.yaml", **fields)
+    with pytest.raises(UsageError, match=message):
+        reproduce(str(preset), tmp_path / "out", Path(CONFIG_DIR), compose)
