@@ -1015,7 +1015,7 @@ def check_preset(name: str) -> None:
             if not isinstance(have, dict):
                 raise UsageError(f"preset {path}: {where or 'the file'} must be a mapping")
             for key, sub in want.items():
-                if key == "description":
+                if key in ("description", "seeds"):  # optional: seeds default to [0]
                     continue
                 if key not in have or have[key] is None:
                     raise UsageError(f"preset {path} has no {where}{key} (see "
