@@ -590,7 +590,7 @@ MAIN_KEYS = [
     ("data.tokenizer", "byte | bpe (data.vocab_size) | file (data.tokenizer_path)"),
     ("seed", "weights and batch order"),
     ("device", "auto | cpu | cuda | cuda:N | mps"),
-    ("attention", "ALiBi's kernel: auto | sdpa | flex | flash"),
+    ("attention", "score-bias kernel: auto | sdpa | flex | flash"),
     ("results_dir", "runs go to results_dir/experiment/run_name"),
     ("experiment", ""), ("run_name", ""),
 ]

@@ -331,7 +331,9 @@ def _first_line(e: BaseException) -> str:
 
 
 def preset_seeds(preset: DictConfig, name: str) -> list[int]:
-    seeds = OmegaConf.to_container(preset.get("seeds", [0]))
+    seeds = preset.get("seeds")
+    seeds = [0] if seeds is None else (
+        OmegaConf.to_container(seeds) if OmegaConf.is_config(seeds) else seeds)
     if not (isinstance(seeds, list) and seeds and all(
             isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)
             and len(set(seeds)) == len(seeds)):

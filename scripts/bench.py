@@ -1,12 +1,14 @@
 """Throughput and memory of every encoding: training tokens/s, MFU, peak memory, the time and
 memory of evaluating one long window and of a whole extrapolation curve, and how closely
-ALiBi's attention kernels agree.
+the attention kernels of every score-bias encoding agree.
 
     python scripts/bench.py                  # the reference shape (d 512, 8 layers, 8 heads,
                                              # L 512, batch 64) on the GPU; eval at 4k/16k/64k
     python scripts/bench.py --quick          # a tiny shape on the CPU, under a minute
     python scripts/bench.py --compile        # also time the torch.compile'd model
-    python scripts/bench.py --alibi-kernels flex,sdpa   # one ALiBi row per kernel
+    python scripts/bench.py --bias-kernels flex,sdpa    # one row per kernel for each
+                                             # score-bias encoding (alibi, t5, kerple_*,
+                                             # fire), where it has that kernel
     python scripts/bench.py --xtransformers  # side by side with x-transformers on the same
                                              # shapes, its defaults otherwise (eager; rotary
                                              # on half of each head, as it ships)
@@ -38,14 +40,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from posexp.attention import alibi_kernel, causal_attention
+from posexp.attention import bias_kernel, causal_attention
 from posexp.config import flash_attn_installed
-from posexp.encodings.alibi import alibi_slopes
+from posexp.encodings import ModelShape, build_encoding, in_order, spec_of
 from posexp.evaluate import autocast, extrapolation_curve
 from posexp.model import GPT, GPTConfig
 from posexp.train import allow_tf32
 
-ENCODINGS = ["nope", "learned", "sinusoidal", "rope", "alibi"]
+ENCODINGS = in_order()
 # x-transformers has no plain (unscaled) sinusoidal table, so it has no sinusoidal row
 XT_ENCODINGS = ["nope", "learned", "rope", "alibi"]
 
@@ -193,21 +195,26 @@ def bench_curve(model: GPT, lengths: list[int], n_tokens: int, device: torch.dev
 
 
 @torch.no_grad()
-def kernel_agreement(device: torch.device, kernels: list[str], lengths: list[int],
-                     n_head: int, d_head: int) -> list[dict]:
-    """Largest difference of each ALiBi kernel, in the training dtype, from the fp32 SDPA
-    path on the same random queries, keys and values."""
+def kernel_agreement(device: torch.device, encodings: list[str], kernels: list[str],
+                     lengths: list[int], shape: ModelShape) -> list[dict]:
+    """Largest difference of each kernel of each score-bias encoding (at its initial
+    parameters), in the training dtype, from the fp32 SDPA path on the same random queries,
+    keys and values."""
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    slopes = torch.tensor(alibi_slopes(n_head), device=device)
     rows = []
-    for length in lengths:
-        torch.manual_seed(length)
-        q, k, v = (torch.randn(1, n_head, length, d_head, device=device) for _ in range(3))
-        reference = causal_attention(q, k, v, slopes, kernel="sdpa")
-        for kernel in kernels:
-            out = causal_attention(q.to(dtype), k.to(dtype), v.to(dtype), slopes, kernel=kernel)
-            rows.append({"kernel": kernel, "length": length, "dtype": str(dtype),
-                         "max_abs_diff": (out.float() - reference).abs().max().item()})
+    for encoding in encodings:
+        bias = build_encoding(encoding, shape).to(device)
+        for length in lengths:
+            torch.manual_seed(length)
+            q, k, v = (torch.randn(1, shape.n_head, length, shape.d_head, device=device)
+                       for _ in range(3))
+            reference = causal_attention(q, k, v, bias, kernel="sdpa")
+            for kernel in (k for k in kernels if k in bias.bias_kernels):
+                out = causal_attention(q.to(dtype), k.to(dtype), v.to(dtype), bias,
+                                       kernel=kernel)
+                rows.append({"encoding": encoding, "kernel": kernel, "length": length,
+                             "dtype": str(dtype),
+                             "max_abs_diff": (out.float() - reference).abs().max().item()})
     return rows
 
 
@@ -239,10 +246,11 @@ def markdown(result: dict) -> str:
                          f"{t['tok_per_s']:,.0f} | {t['mfu']:.1%} | {t['step_ms']:.1f} | "
                          f"{t['peak_gib']:.2f} | " + " | ".join(map(cell, row["eval"]))
                          + f" | {curve} |")
-    lines += ["", "ALiBi kernels against the fp32 SDPA path (largest absolute difference):", "",
-              "| kernel | length | dtype | max abs diff |", "|---|---:|---|---:|"]
-    lines += [f"| {a['kernel']} | {a['length']} | {a['dtype']} | {a['max_abs_diff']:.2e} |"
-              for a in result["kernel_agreement"]]
+    lines += ["", "Score-bias kernels against the fp32 SDPA path (largest absolute difference):",
+              "", "| encoding | kernel | length | dtype | max abs diff |",
+              "|---|---|---:|---|---:|"]
+    lines += [f"| {a['encoding']} | {a['kernel']} | {a['length']} | {a['dtype']} | "
+              f"{a['max_abs_diff']:.2e} |" for a in result["kernel_agreement"]]
     if s["device"] == "cpu":
         lines += ["", "On CPU, peak GiB is the process's peak resident set so far (it only "
                   "grows), not a per-measurement figure."]
@@ -265,9 +273,9 @@ def main() -> None:
     p.add_argument("--curve-points", type=int, default=16, help="lengths in the curve; 0: none")
     p.add_argument("--curve-tokens", type=int, default=32_768)
     p.add_argument("--encodings", default=",".join(ENCODINGS))
-    p.add_argument("--alibi-kernels", default="auto",
-                   help="comma-separated ALiBi kernels to time, one row each: auto, sdpa, "
-                   "flex, flash")
+    p.add_argument("--bias-kernels", default="auto",
+                   help="comma-separated kernels to time for each score-bias encoding, one row "
+                   "each where the encoding has the kernel: auto, sdpa, flex, flash")
     p.add_argument("--compile", action="store_true", help="also time torch.compile")
     p.add_argument("--xtransformers", action="store_true",
                    help="also time x-transformers (attn_flash=True) on the same shapes")
@@ -290,8 +298,15 @@ def main() -> None:
     modes = {"eager": False, **({"compiled": True} if args.compile else {})}
     available = ["sdpa", "flex"] + (["flash"] if device.type == "cuda" and flash_attn_installed()
                                     else [])
-    agreement = kernel_agreement(device, available, [args.seq_len, min(lengths)],
-                                 args.n_head, args.d_model // args.n_head)
+    encodings = args.encodings.split(",")
+    try:  # the kernels each encoding's class can run its score bias on; none without one
+        has_kernels = {e: spec_of(e).module.bias_kernels for e in encodings}
+    except ValueError as e:
+        sys.exit(f"bench.py: {e}")
+    shape = ModelShape(d_model=args.d_model, n_head=args.n_head, n_layer=args.n_layer)
+    biased = [e for e in encodings if has_kernels[e]]
+    agreement = kernel_agreement(device, biased, available, [args.seq_len, min(lengths)],
+                                 shape)
     now = dt.datetime.now(dt.timezone.utc)
     stem = args.out / f"bench-{device.type}{'-quick' if args.quick else ''}-{now:%Y%m%d}"
     args.out.mkdir(parents=True, exist_ok=True)
@@ -339,17 +354,21 @@ def main() -> None:
               + ", ".join(f"{m} {t['tok_per_s']:,.0f} tok/s" for m, t in row["train"].items()),
               file=sys.stderr)
 
-    for encoding in args.encodings.split(","):
-        kernels = args.alibi_kernels.split(",") if encoding == "alibi" else ["sdpa"]
+    for encoding in encodings:
+        has = has_kernels[encoding]
+        # the requested kernels this encoding has and this machine runs
+        kernels = ([k for k in args.bias_kernels.split(",")
+                    if k == "auto" or (k in has and k in available)] if has else ["auto"])
         for kernel in kernels:
             torch.manual_seed(0)
             model = GPT(GPTConfig(vocab_size=256, d_model=args.d_model, n_layer=args.n_layer,
                                   n_head=args.n_head, d_ff=4 * args.d_model, encoding=encoding,
                                   max_positions=args.seq_len, attention=kernel)).to(device)
             flops = flops_per_token(model, args.seq_len)
-            if encoding == "alibi":  # the kernel auto picks here, for the label
-                kernel = alibi_kernel(kernel, torch.empty(0, device=device, dtype=dtype),
-                                      0.0).value
+            # the kernel the model runs, for the label: auto's choice for a score bias, and
+            # SDPA's own causal kernel without one
+            kernel = (bias_kernel(kernel, torch.empty(0, device=device, dtype=dtype), 0.0,
+                                  model.encoding).value if has else "sdpa")
             measure(model, flops, {"model": "posexp", "encoding": encoding, "attention": kernel})
         if args.xtransformers and encoding in XT_ENCODINGS:
             torch.manual_seed(0)

@@ -35,7 +35,7 @@ case "${1:-}" in
         if python3 -c "import flash_attn" 2>/dev/null; then kernels=flash,$kernels; fi
         xt=()
         if python3 -c "import x_transformers" 2>/dev/null; then xt=(--xtransformers); fi
-        python3 scripts/bench.py --compile --alibi-kernels "$kernels" "${xt[@]}" --out "$out" \
+        python3 scripts/bench.py --compile --bias-kernels "$kernels" "${xt[@]}" --out "$out" \
             2>&1 | tee "$out/bench.log"
         ;;
     reproduce)

@@ -94,7 +94,7 @@ def test_config_dir_adds_an_encoding_variant(posexp, tmp_path):
 
 
 USAGE_ERRORS = [
-    (["encoding=xpos"], "available options in 'encoding': alibi, learned, nope, rope, sinusoidal"),
+    (["encoding=cope"], "available options in 'encoding': alibi, fire, kerple_log, kerple_power"),
     (["train.seqlen=64"], "seqlen"),
     (["train.seq_len=abc"], "seq_len"),
     (["train.seq_len=0"], "train.seq_len must be a positive integer"),

@@ -58,7 +58,7 @@ def make_inputs(d: Path) -> None:
         "cd_callbacks/hydra/callbacks/pwn.yaml": "x:\n  _target_: os.makedirs\n  name: pwned\n",
         "cd_logging/hydra/job_logging/pwn.yaml": "version: 1\nhandlers:\n  x:\n    class: "
                                                  "os.system\n    command: touch pwned\n",
-        "cd_newenc/encoding/xpos.yaml": "defaults:\n  - encoding_schema\nname: xpos\n",
+        "cd_newenc/encoding/cope.yaml": "defaults:\n  - encoding_schema\nname: cope\n",
         "cd_extra/encoding/extra.yaml": "defaults:\n  - encoding_schema\nname: rope\nfoo: 1\n",
         "cd_broken/encoding/broken.yaml": "name: [\n",
         "cd_primary/mine.yaml": "defaults:\n  - config\n  - _self_\nseed: 7\n",
@@ -204,8 +204,8 @@ BAD = [
     (["train", "--config-name", "posexp_schema"], 2, ["encoding, model, data", "must be set"]),
     (["train", "--config-name", "nope"], 2, ["there is no config 'nope'"]),
     (["train", "--config-dir", "{d}/nonexistent"], 2, ["is not a directory"]),
-    (["train", "--config-dir", "{d}/cd_newenc", "encoding=xpos"], 2,
-     ["encoding.name 'xpos' is not an encoding posexp has", "alibi, learned, nope, rope"]),
+    (["train", "--config-dir", "{d}/cd_newenc", "encoding=cope"], 2,
+     ["encoding.name 'cope' is not an encoding posexp has", "alibi, fire, kerple_log"]),
     (["train", "--config-dir", "{d}/cd_extra", "encoding=extra"], 2,
      ["encoding/extra: encoding has no key 'foo'"]),
     (["train", "--config-dir", "{d}/cd_broken", "encoding=broken"], 2, ["broken.yaml", "line"]),
@@ -473,7 +473,8 @@ def test_help_pages(run_cli):
                   "hydra/launcher="):
         assert f"\n  {group}" in train, group
     assert "sweep=" not in train and "reproduce" not in train.split("Main keys")[0]
-    assert "encoding=       alibi, learned, nope, [rope], sinusoidal" in train
+    assert ("encoding=       alibi, fire, kerple_log, kerple_power, learned, nope, [rope], "
+            "sinusoidal, t5, xpos") in train
     assert "train.seq_len=64" in train and "eval.lengths=[64,128,256,512,1024]" in train
     assert "--cfg job" in train
     assert "[alibi]" in pages["train --help encoding=alibi"]

@@ -19,7 +19,15 @@ from posexp import config as C
 from posexp import stats
 from posexp.cli import CONFIG_DIR, compose, compose_overrides
 from posexp.errors import PosexpError, UsageError
-from posexp.reproduce import FAILS, HOLDS, INCONCLUSIVE, UNMEASURED, reproduce, verdicts
+from posexp.reproduce import (
+    FAILS,
+    HOLDS,
+    INCONCLUSIVE,
+    UNMEASURED,
+    preset_seeds,
+    reproduce,
+    verdicts,
+)
 from posexp.runs import load_runs
 
 C.register()
@@ -274,9 +282,17 @@ def test_reproduce_runs_every_seed_and_fails_at_the_end(tmp_path, monkeypatch, c
     ({"seeds": [0, 0]}, "seeds must be a list of distinct non-negative integers"),
     ({"seeds": [-1]}, "seeds must be a list of distinct non-negative integers"),
     ({"seeds": []}, "seeds must be a list of distinct non-negative integers"),
+    ({"seeds": 3}, "seeds must be a list of distinct non-negative integers, got 3"),
     ({"overrides": ["seed=3"]}, "set the seeds in its seeds: list, not as seed="),
 ])
 def test_preset_seeds_are_checked(tmp_path, fields, message):
     preset = write_preset(tmp_path / "bad.yaml", **fields)
     with pytest.raises(UsageError, match=message):
         reproduce(str(preset), tmp_path / "out", Path(CONFIG_DIR), compose)
+
+
+def test_a_preset_without_seeds_runs_seed_0(tmp_path):
+    preset = OmegaConf.create({"overrides": [], "runs": [["encoding=rope"]]})
+    assert preset_seeds(preset, "p") == [0]
+    assert preset_seeds(OmegaConf.merge(preset, {"seeds": [2, 1]}), "p") == [2, 1]
+
