@@ -189,7 +189,7 @@ def parse_args(args: list[str], command: str) -> Args:
         arg = args[i]
         i += 1
         if not arg.startswith("-"):
-            out.overrides.append(arg)
+            out.overrides.append(scaling_sugar(arg))
             continue
         name, eq, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
         name = SHORT.get(name, name)
@@ -254,6 +254,26 @@ def _keys_in(value: object) -> list[str]:
     return []
 
 
+# RoPE scaling: `eval.rope_scaling=yarn` is `eval.rope_scaling.method=yarn`, and comma lists of
+# evaluation methods and factors are lists of variants scored by one process, not runs
+SCALING_NODES = ("eval.rope_scaling", "encoding.scaling")
+SCALING_LISTS = ("eval.rope_scaling.method", "eval.rope_scaling.factor")
+
+
+def scaling_sugar(arg: str) -> str:
+    """``arg`` with the RoPE-scaling shorthands written out: NODE=METHOD sets NODE.method,
+    and METHOD,METHOD or FACTOR,FACTOR of eval.rope_scaling becomes a list."""
+    if not arg.startswith(SCALING_NODES):
+        return arg
+    o = parse_override(arg)
+    key = o.key_or_group
+    if key in SCALING_NODES:
+        key += ".method"
+    if o.is_sweep_override() and key in SCALING_LISTS:
+        return f"{key}=[{','.join(o.sweep_string_iterator())}]"
+    return f"{key}={arg.partition('=')[2]}" if key != o.key_or_group else arg
+
+
 def parse_override(arg: str):
     """Hydra's parse of one override, or a UsageError that says what is wrong with it."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -294,6 +314,9 @@ def check_overrides(overrides: list[str], command: str = "train") -> None:
                                      "processes posexp starts load other code")
         if not key:
             raise UsageError(f"{arg!r} has no key before '='")
+        if parts[0] == "parent":
+            raise UsageError(f"{key} is set by posexp finetune, from the run it continues: "
+                             "posexp finetune PARENT_RUN [OVERRIDES]")
         if o.is_sweep_override() and command != "sweep":
             raw = arg.partition("=")[2]
             raise UsageError(f"{arg} asks for several runs, and posexp {command} runs one: "
@@ -706,12 +729,19 @@ def eval_(
 
     Nothing is retrained. Overrides may change eval.*, device and attention; the new
     points are written to eval.json beside the old ones (a point of the same mode, length,
-    stride and scored tokens is replaced). --cfg job prints the config it would use.
+    stride, scored tokens and RoPE scaling is replaced). A RoPE run can be scored with
+    context-extension scalings: eval.rope_scaling=METHOD (linear, ntk, dynamic, yarn,
+    llama3; plain: as trained) and eval.rope_scaling.factor=S, each a comma list whose every
+    combination is scored by this one process, on the same tokens. --cfg job prints the
+    config it would use.
 
     \b
     Examples:
       posexp eval results/default/alibi-L64-s0 eval.lengths=[64,128,4096]
       posexp eval results/default/alibi-L64-s0 eval.mode=sliding eval.stride=32
+      posexp eval results/default/rope-L64-s0 eval.rope_scaling=yarn eval.rope_scaling.factor=8
+      posexp eval results/default/rope-L64-s0 eval.rope_scaling=linear,ntk,dynamic,yarn
+                  eval.rope_scaling.factor=2,4,8,16
       posexp eval results/default/rope-L64-s0 device=cuda:1 --cfg job
     """
     try:
@@ -723,8 +753,7 @@ def eval_(
             raise UsageError(f"posexp eval has no option {unknown[0]!r}; it takes RUN_DIR, "
                              "overrides of eval.*, device and attention, and --cfg job")
         run = Run.open(run_dir)
-        cfg = apply_overrides(run.config(), overrides,
-                              allowed=("eval.", "device", "attention"), run_dir=run_dir)
+        cfg = apply_overrides(run.config(), overrides, allowed=EVAL_KEYS, run_dir=run_dir)
         C.check_device_name(cfg.device)
         C.check_eval(cfg)
         C.check_attention(cfg)
@@ -963,21 +992,26 @@ def compare(
 @app.command(cls=Command)
 def reproduce(
     preset: str = typer.Option("cpu", metavar="NAME|FILE", show_default=False,
-                               help="cpu or gpu (configs/reproduce/), or a YAML file of the "
-                                    "same shape (default: cpu)."),
+                               help="cpu, gpu, rope-scaling or rope-scaling-gpu "
+                                    "(configs/reproduce/), or a YAML file of the same shape "
+                                    "(default: cpu)."),
     results_dir: Path = typer.Option(Path("results"), metavar="DIR", show_default=False,
                                      help="Root for the runs and the report (default: "
                                           "results)."),
 ) -> None:
-    """Run the claim suite of Press et al. (ALiBi, ICLR 2022) and print the verdicts.
+    """Run a claim suite and print the verdicts.
 
-    Trains the runs the preset lists (a completed run of the same identity is reused),
-    scores each in both evaluation modes, and writes the report, verdicts.md and
-    verdicts.json under RESULTS_DIR/<experiment>/report.
+    The cpu and gpu presets test the claims of Press et al. (ALiBi, ICLR 2022) and two
+    about NoPE; rope-scaling and rope-scaling-gpu those about RoPE context extension (PI,
+    NTK-aware, YaRN, with and without fine-tuning). Trains the runs the preset lists (a
+    completed run of the same identity is reused), fine-tunes what it lists, scores each
+    run, and writes the report, verdicts.md and verdicts.json under
+    RESULTS_DIR/<experiment>/report.
 
     \b
     Examples:
       posexp reproduce                  the cpu preset: about 15-20 minutes on 2 cores
+      posexp reproduce --preset rope-scaling
       posexp reproduce --preset gpu
       posexp reproduce --preset my_claims.yaml --results-dir out
     """
@@ -985,14 +1019,19 @@ def reproduce(
         from posexp.reproduce import reproduce as run_claims
 
         check_preset(preset)
-        run_claims(preset, results_dir, Path(CONFIG_DIR), compose)
+        run_claims(preset, results_dir, Path(CONFIG_DIR), compose, finetune_config)
     except BaseException as e:
         fail(e)
 
 
+# the shipped preset each claim set's presets must have the shape of
+CLAIM_SHAPES = {"press": "cpu.yaml", "rope-scaling": "rope-scaling.yaml"}
+
+
 def check_preset(name: str) -> None:
-    """A preset file reads as YAML and has every key of the shipped cpu preset, with lists
-    where it has lists: one line naming the file and the key otherwise."""
+    """A preset file reads as YAML and has every key of the shipped preset of its claim set
+    (cpu.yaml, rope-scaling.yaml), with lists where it has lists: one line naming the file
+    and the key otherwise."""
     import yaml
 
     path = Path(name) if name.endswith((".yaml", ".yml")) else (
@@ -1008,7 +1047,12 @@ def check_preset(name: str) -> None:
         at = f" at line {mark.line + 1}" if mark else ""
         raise UsageError(f"preset {path} is not valid YAML{at}: "
                          f"{getattr(e, 'problem', None) or flat(str(e))}") from None
-    shape = yaml.safe_load((Path(CONFIG_DIR) / "reproduce" / "cpu.yaml").read_text())
+    claims = tree.get("claims", "press") if isinstance(tree, dict) else "press"
+    if claims not in CLAIM_SHAPES:
+        raise UsageError(f"preset {path}: claims must be one of {', '.join(CLAIM_SHAPES)}, "
+                         f"got {claims!r}")
+    shape_file = Path(CONFIG_DIR) / "reproduce" / CLAIM_SHAPES[claims]
+    shape = yaml.safe_load(shape_file.read_text())
 
     def compare(have: object, want: object, where: str) -> None:
         if isinstance(want, dict):
@@ -1018,8 +1062,7 @@ def check_preset(name: str) -> None:
                 if key in ("description", "seeds"):  # optional: seeds default to [0]
                     continue
                 if key not in have or have[key] is None:
-                    raise UsageError(f"preset {path} has no {where}{key} (see "
-                                     f"{Path(CONFIG_DIR) / 'reproduce' / 'cpu.yaml'})")
+                    raise UsageError(f"preset {path} has no {where}{key} (see {shape_file})")
                 compare(have[key], sub, f"{where}{key}.")
         elif isinstance(want, list) and not isinstance(have, list):
             raise UsageError(f"preset {path}: {where.rstrip('.')} must be a list")
@@ -1034,6 +1077,12 @@ def check_preset(name: str) -> None:
             raise UsageError(f"preset {path}: run {i} must be a list of overrides, got {run!r}")
     if not all(isinstance(o, str) for o in tree["overrides"]):
         raise UsageError(f"preset {path}: overrides must be a list of key=value strings")
+    for i, entry in enumerate(tree.get("finetunes") or [], 1):
+        if not (isinstance(entry, dict) and all(
+                isinstance(entry.get(k), list) and all(isinstance(o, str) for o in entry[k])
+                for k in ("parent", "overrides"))):
+            raise UsageError(f"preset {path}: fine-tune {i} must be a mapping of parent and "
+                             f"overrides, each a list of overrides, got {entry!r}")
 
 
 @app.command(cls=Command)
@@ -1068,10 +1117,94 @@ def resume(
         fail(e)
 
 
+EVAL_KEYS = ("eval.", "device", "attention")
+# what a fine-tune may change of its parent's config: how it trains on, not what it is
+FINETUNE_KEYS = ("train.", "eval.", "encoding.scaling", "seed", "device", "attention",
+                 "logger.", "results_dir", "experiment", "run_name")
+
+
+@app.command(cls=Command, context_settings=EXTRA)
+def finetune(
+    ctx: typer.Context,
+    parent_dir: Path = typer.Argument(..., metavar="PARENT_RUN", show_default=False,
+                                      help="A completed run directory to continue."),
+) -> None:
+    """Continue a completed run from its weights: at a longer length, with RoPE scaling.
+
+    Trains a new run, in the parent's experiment, that starts from the parent's trained
+    weights with a fresh optimizer and learning-rate schedule for train.tokens, then scores
+    it like posexp train. Overrides may change train.*, eval.*, encoding.scaling.*, seed,
+    device, attention, logger.*, results_dir, experiment and run_name; the rest is the
+    parent's. encoding.scaling=METHOD (linear, ntk, dynamic, yarn, llama3) with
+    encoding.scaling.factor=S trains RoPE scaled, L being the length the weights were first
+    trained at. The run's identity includes the parent's identity and weights hash; its
+    default name is PARENT-ft, with -L<seq_len> and -<method><factor> when they change.
+    Checkpoints, resume (run the same command again, or posexp resume), the lock and the
+    errors are posexp train's. --cfg job prints the config it would use.
+
+    \b
+    Examples:
+      posexp finetune results/default/rope-L64-s0 train.seq_len=256 train.tokens=200000
+      posexp finetune results/default/rope-L64-s0 train.seq_len=256 train.tokens=200000
+                      encoding.scaling=linear encoding.scaling.factor=4
+    """
+    try:
+        overrides = [a for a in ctx.args if a not in ("--cfg", "-c", "job", "--resolve")]
+        unknown = [a for a in overrides if a.startswith("-")]
+        if unknown:
+            raise UsageError(f"posexp finetune has no option {unknown[0]!r}; it takes "
+                             "PARENT_RUN, overrides and --cfg job")
+        cfg = finetune_config(parent_dir, overrides)
+        if "--cfg" in ctx.args or "-c" in ctx.args:
+            print_config(cfg, None)
+            return
+        from posexp.experiment import run
+        from posexp.train import pick_device
+
+        pick_device(cfg)
+        run(cfg)
+    except BaseException as e:
+        fail(e)
+
+
+def finetune_config(parent_dir: Path, overrides: list[str]) -> DictConfig:
+    """The checked config of a fine-tune of the completed run in ``parent_dir``: the parent's
+    config (its evaluation without the parent's RoPE-scaling variants) with ``overrides``,
+    written beside the parent unless results_dir, experiment or run_name say otherwise, and
+    the parent's identity, weights hash and original length in parent.*."""
+    from posexp.experiment import parent_record
+    from posexp.runs import Run
+
+    parent = parent_record(parent_dir)
+    saved = Run(parent_dir).config()
+    home = parent_dir.absolute()
+    with open_dict(saved):
+        saved.eval.rope_scaling = OmegaConf.structured(C.EvalScalingConfig)
+        saved.results_dir = str(home.parent.parent if parent_dir.is_absolute()
+                                else os.path.relpath(home.parent.parent))
+        saved.experiment = home.parent.name
+        saved.train.resume = True
+        if saved.train.get("batch_tokens") is None:  # resolved: the batch in tokens again,
+            # so that a step holds as many tokens at the new length
+            saved.train.batch_tokens = saved.train.batch_size * saved.train.seq_len
+            saved.train.batch_size = None
+    cfg = apply_overrides(saved, overrides, allowed=FINETUNE_KEYS, run_dir=parent_dir,
+                          command="finetune")
+    OmegaConf.update(cfg, "parent", parent, merge=True)
+    if not any(parse_override(scaling_sugar(o)).key_or_group == "run_name" for o in overrides):
+        parts = [f"L{cfg.train.seq_len}"] * (cfg.train.seq_len != saved.train.seq_len)
+        scaling = C.train_scaling(cfg)
+        if scaling is not None:
+            parts.append(f"{scaling['method']}{scaling['factor']:g}")
+        cfg.run_name = "-".join([parent_dir.name, "ft", *parts])
+    C.check(cfg)
+    return cfg
+
+
 def apply_overrides(saved: DictConfig, args: list[str], allowed: tuple[str, ...],
-                    run_dir: Path = Path(".")) -> DictConfig:
+                    run_dir: Path = Path("."), command: str = "eval") -> DictConfig:
     """The schema-checked config of a saved run with Hydra-syntax overrides applied, every
-    interpolation resolved."""
+    interpolation resolved; ``allowed`` are the key prefixes ``command`` may change."""
     from posexp.runs import CONFIG
 
     try:
@@ -1081,15 +1214,17 @@ def apply_overrides(saved: DictConfig, args: list[str], allowed: tuple[str, ...]
                           f"{one_line(e)}") from None
     OmegaConf.set_struct(cfg, True)
     try:
-        for arg in args:
+        for arg in map(scaling_sugar, args):
             o = parse_override(arg)
             key = o.key_or_group
             if not key.startswith(allowed) or o.is_delete() or (o.is_add() and "." not in key):
-                raise UsageError(f"posexp eval can change only eval.*, device and attention; "
-                                 f"got {key!r} (another model is another run: posexp train)")
+                keys = ", ".join(f"{k}*" if k.endswith(".") else k for k in allowed)
+                raise UsageError(f"posexp {command} can change only {keys}; got {key!r} "
+                                 "(another model is another run: posexp train)")
             if o.is_sweep_override():
-                raise UsageError(f"{arg} asks for several evaluations; give one value (a list "
-                                 f"of lengths is eval.lengths=[64,128])")
+                several = "evaluations" if command == "eval" else "fine-tunes"
+                raise UsageError(f"{arg} asks for several {several}; give one value (a list "
+                                 "of lengths is eval.lengths=[64,128])")
             problem = C.unknown_key(key)
             if problem:
                 raise UsageError(problem)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
+from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf, open_dict
 
 from posexp.errors import UsageError
 
@@ -68,6 +68,39 @@ class ModelConfig:
     tie_weights: bool = True
 
 
+# RoPE context extension (posexp/encodings/rope_scaling.py): its methods, and the parameters
+# that only some of them read (the papers' defaults)
+SCALING_METHODS = ("linear", "ntk", "dynamic", "yarn", "llama3")
+SCALING_PARAMS = {"yarn": ("beta_fast", "beta_slow"),
+                  "llama3": ("low_freq_factor", "high_freq_factor")}
+PLAIN = "plain"  # in a list of eval.rope_scaling methods: RoPE as trained, unscaled
+
+
+@dataclass
+class ScalingParams:
+    beta_fast: float = 32.0  # yarn: pairs turning more often than this over L keep theta
+    beta_slow: float = 1.0  # yarn: pairs turning less often than this over L get theta / s
+    low_freq_factor: float = 1.0  # llama3: wavelengths above L / this are interpolated
+    high_freq_factor: float = 4.0  # llama3: wavelengths below L / this are kept
+
+
+@dataclass
+class TrainScalingConfig(ScalingParams):
+    """encoding.scaling: a fine-tune's RoPE scaling (posexp finetune), part of its identity."""
+
+    method: str | None = None  # linear | ntk | dynamic | yarn | llama3; null: none
+    factor: float = 1.0
+
+
+@dataclass
+class EvalScalingConfig(ScalingParams):
+    """eval.rope_scaling: RoPE scalings a trained run is scored with, besides or instead of
+    as trained; every method at every factor."""
+
+    method: typing.Any = None  # a method, or a list of them (plain: as trained); null: plain
+    factor: typing.Any = 1.0  # s, or a list of factors
+
+
 @dataclass
 class EncodingConfig:
     name: str = MISSING
@@ -76,6 +109,7 @@ class EncodingConfig:
     # the encoding's own hyperparameters (its config in posexp/encodings/<module>.py, the
     # paper's defaults; configs/encoding/<name>.yaml lists them); checked by check_encoding
     hparams: dict[str, typing.Any] = field(default_factory=dict)
+    scaling: TrainScalingConfig = field(default_factory=TrainScalingConfig)
 
 
 @dataclass
@@ -130,6 +164,7 @@ class EvalConfig:
     tokens: int = 32_768
     batch_tokens: int = 32_768  # tokens per forward pass
     per_position_buckets: int = 4  # per doubling of position (evaluate.bucket_edges)
+    rope_scaling: EvalScalingConfig = field(default_factory=EvalScalingConfig)
 
 
 class WandbMode(str, Enum):
@@ -151,6 +186,17 @@ class LoggerConfig:
 
 
 @dataclass
+class ParentConfig:
+    """The run a fine-tune continues (posexp finetune fills it in; null in any other run)."""
+
+    run: str | None = None  # its directory when the fine-tune was set up (not identity)
+    identity: str | None = None  # sha256 of its identity
+    config: str | None = None  # sha256 of its identity but the keys that follow the seed
+    weights_sha256: str | None = None  # its trained weights (train.weights_hash)
+    original_len: int | None = None  # the root run's train.seq_len: RoPE scaling's L
+
+
+@dataclass
 class Config:
     encoding: EncodingConfig = MISSING
     model: ModelConfig = MISSING
@@ -164,6 +210,7 @@ class Config:
     results_dir: str = "results"
     experiment: str = "default"
     run_name: str = "${encoding.name}-L${train.seq_len}-s${seed}"
+    parent: ParentConfig = field(default_factory=ParentConfig)
 
 
 def register() -> None:
@@ -187,6 +234,45 @@ def eval_lengths(cfg: DictConfig) -> list[int]:
     return list(lengths)
 
 
+def original_len(cfg: DictConfig) -> int:
+    """The L of RoPE scaling: the length the weights were first trained at (a fine-tune's
+    root run's train.seq_len, else the run's own)."""
+    return OmegaConf.select(cfg, "parent.original_len", default=None) or cfg.train.seq_len
+
+
+def scaling_record(method: str, factor: float, params: typing.Mapping) -> dict:
+    """A RoPE scaling as posexp writes it down (eval.json's rope_scaling; the fields of
+    encodings.rope_scaling.RopeScaling): the method, its factor, and the parameters that
+    method reads (from ``params``)."""
+    return {"method": method, "factor": float(factor),
+            **{k: float(params[k]) for k in SCALING_PARAMS.get(method, ())}}
+
+
+def train_scaling(cfg: DictConfig) -> dict | None:
+    """encoding.scaling as a record (scaling_record), None when it is off."""
+    node = OmegaConf.select(cfg, "encoding.scaling", default=None)
+    if node is None or node.method is None:
+        return None
+    return scaling_record(node.method, node.factor, node)
+
+
+def _as_list(value: object) -> list:
+    return list(value) if isinstance(value, (list, ListConfig)) else [value]
+
+
+def eval_scalings(cfg: DictConfig) -> list[dict | None]:
+    """The RoPE scalings cfg.eval asks for, in order: None for the run as trained, a record
+    (scaling_record) for each method at each factor; [None] when eval.rope_scaling is off."""
+    node = OmegaConf.select(cfg, "eval.rope_scaling", default=None)
+    if node is None or node.method is None:
+        return [None]
+    out: list[dict | None] = []
+    for method in _as_list(node.method):
+        out += [None] if method == PLAIN else [scaling_record(method, f, node)
+                                               for f in _as_list(node.factor)]
+    return out
+
+
 def resolve(cfg: DictConfig) -> DictConfig:
     """The config with every derived value filled in -- the one place they are decided:
     eval.lengths (1-16 x seq_len), model.d_ff (4 x d_model), encoding.max_positions
@@ -208,7 +294,12 @@ def resolve(cfg: DictConfig) -> DictConfig:
 NOT_IDENTITY = ("results_dir", "experiment", "run_name", "device", "attention", "eval",
                 "logger", "train.resume", "train.compile", "train.log_every",
                 "train.val_every_tokens", "train.val_tokens", "train.checkpoint_every",
-                "data.cache_dir")
+                "data.cache_dir", "parent.run")
+# Nodes that are off unless their first key is set: then none of their keys is identity, so a
+# run without them has the identity it had before posexp knew them.
+OPTIONAL_NODES = (("encoding.scaling", "method"), ("parent", "identity"))
+# Identity keys that follow the seed: a fine-tune's parent is another run at each seed.
+SEED_KEYS = ("seed", "parent.identity", "parent.weights_sha256")
 
 
 def in_identity(key: str) -> bool:
@@ -219,8 +310,11 @@ def in_identity(key: str) -> bool:
 def identity(cfg: DictConfig) -> dict:
     """A run's identity: the resolved values of every key that determines its weights
     (model, encoding, data and tokenizer, the training settings that change the weights,
-    seed), as a flat {dotted key: value}."""
+    seed, and a fine-tune's parent and RoPE scaling), as a flat {dotted key: value}."""
     flat = flatten(OmegaConf.to_container(resolve(cfg), resolve=True, enum_to_str=True))
+    for node, key in OPTIONAL_NODES:
+        if flat.get(f"{node}.{key}") is None:
+            flat = {k: v for k, v in flat.items() if not k.startswith(f"{node}.")}
     return {k: v for k, v in flat.items() if in_identity(k)}
 
 
@@ -246,15 +340,23 @@ GROUPS = ("model", "encoding", "data", "train", "eval", "logger")
 
 @functools.cache
 def schema_keys(node: str = "") -> dict[str, object]:
-    """{key: type} of the schema node ``node`` ("" for the top level, "train", ...)."""
-    schema = Config if not node else typing.get_type_hints(Config)[node]
+    """{key: type} of the schema node ``node`` ("" for the top level, "train",
+    "eval.rope_scaling", ...)."""
+    schema: object = Config
+    for part in filter(None, node.split(".")):
+        schema = typing.get_type_hints(schema)[part]
     hints = typing.get_type_hints(schema)
     return {f.name: hints[f.name] for f in dataclasses.fields(schema)}
 
 
+def is_node(kind: object) -> bool:
+    """Whether a schema type is a node of keys (a config group, eval.rope_scaling, ...)."""
+    return dataclasses.is_dataclass(kind)
+
+
 def unknown_key(key: str) -> str | None:
     """Why ``key`` (dotted) is not a key of posexp's schema, with the closest key; None if it
-    is one.  A config group's name (``encoding``) is a key too."""
+    is one.  A node's name (``encoding``, ``eval.rope_scaling``) is a key too."""
     parts = key.split(".")
     node = ""
     for depth, part in enumerate(parts):
@@ -265,8 +367,8 @@ def unknown_key(key: str) -> str | None:
             hint = (f"did you mean '{close[0]}'?" if close
                     else f"its keys: {', '.join(keys)}")
             return f"{where} {part!r}; {hint}"
-        if not node and part in GROUPS:
-            node = part
+        if is_node(keys[part]):
+            node = f"{node}.{part}" if node else part
             continue
         rest = parts[depth + 1:]
         if not rest or (len(rest) == 1 and rest[0].isdigit() and "list" in str(keys[part])):
@@ -276,21 +378,20 @@ def unknown_key(key: str) -> str | None:
     return None
 
 
-def check_keys(cfg: DictConfig) -> None:
+def check_keys(cfg: DictConfig, node: str = "") -> None:
     """Every key of a composed config is one of the schema's: ``+key=value`` and config files
     cannot add keys that posexp would silently ignore."""
     for key in cfg:
         if key == "hydra":
             continue
-        problem = unknown_key(str(key))
+        name = f"{node}.{key}" if node else str(key)
+        problem = unknown_key(name)
         if problem:
             raise UsageError(problem)
-        if key in GROUPS and not OmegaConf.is_missing(cfg, key) \
+        kinds = schema_keys(node)
+        if is_node(kinds[str(key)]) and not OmegaConf.is_missing(cfg, key) \
                 and isinstance(cfg[key], DictConfig):
-            for sub in cfg[key]:
-                problem = unknown_key(f"{key}.{sub}")
-                if problem:
-                    raise UsageError(problem)
+            check_keys(cfg[key], name)
 
 
 # --- values -------------------------------------------------------------------------------
@@ -451,6 +552,57 @@ def check_encoding(cfg: DictConfig) -> None:
     if kernels and kernel != Attention.auto and kernel.value not in kernels:
         raise UsageError(f"attention={kernel.value} cannot apply {e.name}'s score bias; it runs "
                          f"on {', '.join(kernels)} (attention=auto picks the fastest)")
+    fine_tune = OmegaConf.select(cfg, "parent.identity", default=None) is not None
+    table = "max_positions" in {f.name for f in dataclasses.fields(ENCODINGS[e.name].config)}
+    if table and e.max_positions is not None and e.max_positions < cfg.train.seq_len:
+        raise UsageError(
+            f"encoding.max_positions ({e.max_positions}) is less than train.seq_len "
+            f"({cfg.train.seq_len}): {e.name} has no position past its table"
+            + (", and a fine-tune keeps its parent's table (rows past it would start "
+               "untrained)" if fine_tune else ""))
+    check_train_scaling(cfg, fine_tune)
+
+
+def check_train_scaling(cfg: DictConfig, fine_tune: bool) -> None:
+    """encoding.scaling: off, or one method at one factor for a fine-tune of a RoPE run."""
+    node = OmegaConf.select(cfg, "encoding.scaling", default=None)
+    if node is None:
+        return
+    if node.method is None:
+        if node.factor != 1.0:
+            raise UsageError("encoding.scaling.factor is set but encoding.scaling.method is "
+                             f"not; add encoding.scaling=METHOD ({', '.join(SCALING_METHODS)})")
+        return
+    if not isinstance(node.method, str) or node.method not in SCALING_METHODS:
+        raise UsageError(f"encoding.scaling.method must be one of {', '.join(SCALING_METHODS)}, "
+                         f"got {node.method!r}")
+    if cfg.encoding.name != "rope":
+        raise UsageError(f"encoding.scaling needs encoding=rope (it rescales RoPE's "
+                         f"frequencies); this run is encoding={cfg.encoding.name}")
+    if not fine_tune:
+        raise UsageError("encoding.scaling is for fine-tuning a trained run at a longer "
+                         "length: posexp finetune PARENT_RUN encoding.scaling=METHOD "
+                         "encoding.scaling.factor=S")
+    _scaling_numbers("encoding.scaling", node, [node.factor])
+    _check_scaling("encoding.scaling", [train_scaling(cfg)])
+
+
+def _scaling_numbers(key: str, node: DictConfig, factors: list) -> None:
+    for factor in factors:
+        _in_range(f"{key}.factor", factor, 1.0, 1e6)
+    for param in dataclasses.fields(ScalingParams):
+        _in_range(f"{key}.{param.name}", node[param.name], 0.0, 1e6, low_open=True)
+
+
+def _check_scaling(key: str, records: list[dict]) -> None:
+    """Each record is a scaling rope_scaling.py can compute."""
+    from posexp.encodings.rope_scaling import RopeScaling
+
+    for record in records:
+        try:
+            RopeScaling(**record)
+        except ValueError as e:
+            raise UsageError(f"{key}: {e}") from None
 
 
 def encoding_hparams(cfg: DictConfig) -> dict:
@@ -649,3 +801,39 @@ def check_eval(cfg: DictConfig) -> None:
             )
     if mode == EvalMode.sliding and e.stride is None and min(lengths) < 2:
         raise UsageError("sliding evaluation needs windows of at least 2 tokens")
+    check_eval_scaling(cfg)
+
+
+def check_eval_scaling(cfg: DictConfig) -> None:
+    """eval.rope_scaling: methods (plain among them) and factors, each listed once, every
+    scaling computable, and a RoPE run to apply them to."""
+    key = "eval.rope_scaling"
+    node = OmegaConf.select(cfg, key, default=None)
+    if node is None:
+        return
+    if node.method is None:
+        if _as_list(node.factor) != [1.0]:
+            raise UsageError(f"{key}.factor is set but {key}.method is not; add "
+                             f"{key}=METHOD ({', '.join(SCALING_METHODS)})")
+        return
+    methods, factors = _as_list(node.method), _as_list(node.factor)
+    known = (PLAIN, *SCALING_METHODS)
+    for name, values in (("method", methods), ("factor", factors)):
+        if not values:
+            raise UsageError(f"{key}.{name} is an empty list")
+        twice = sorted({str(v) for v in values if values.count(v) > 1})
+        if twice:
+            raise UsageError(f"{key}.{name} lists {', '.join(twice)} more than once; list "
+                             "each once")
+    for method in methods:
+        if not isinstance(method, str) or method not in known:
+            raise UsageError(f"{key}.method must be one of {', '.join(known)} or a list of "
+                             f"them (e.g. {key}=linear,yarn), got {method!r}")
+    _scaling_numbers(key, node, factors)
+    if set(methods) == {PLAIN} and factors != [1.0]:
+        raise UsageError(f"{key}.factor is set but the only method is {PLAIN}, which has none")
+    scaled = [m for m in methods if m != PLAIN]
+    if scaled and cfg.encoding.name != "rope":
+        raise UsageError(f"{key}={','.join(scaled)} needs encoding=rope (it rescales RoPE's "
+                         f"frequencies); this run is encoding={cfg.encoding.name}")
+    _check_scaling(key, [r for r in eval_scalings(cfg) if r is not None])

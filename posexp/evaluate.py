@@ -138,13 +138,15 @@ def bucket_edges(length: int, per_doubling: int) -> tuple[np.ndarray, np.ndarray
     return np.concatenate([[0], ends[:-1]]), ends
 
 
-def point(mode: str, length: int, stride: int, first: int, n_tokens: int) -> dict:
+def point(mode: str, length: int, stride: int, first: int, n_tokens: int,
+          rope_scaling: dict | None = None) -> dict:
     return {
         "mode": mode,
         "length": length,
         "stride": stride,
         "first_token": first,
         "tokens": n_tokens,
+        "rope_scaling": rope_scaling,
         "applicable": True,
         "reason": None,
         "loss": None,
@@ -167,9 +169,13 @@ def extrapolation_curve(
     device: torch.device,
     token_bytes: np.ndarray | None = None,
     progress: Callable[[int], None] | None = None,
+    rope_scaling: dict | None = None,
 ) -> tuple[list[dict], dict | None]:
     """One point per length, and the per-position loss at the longest applicable length
     (``per_position_buckets`` buckets per doubling of position, see bucket_edges).
+    ``rope_scaling`` is the record (config.scaling_record) of the RoPE scaling the model
+    scores with, written into each point; per-position loss is recorded for the model as
+    trained only (None).
 
     Each point carries its uncertainty (posexp/stats.py): the summed loss of each block of
     the scored targets (``block_loss``, ``block_tokens``; the same blocks at every length)
@@ -184,12 +190,12 @@ def extrapolation_curve(
     n_bytes = int(token_bytes[targets].sum()) if token_bytes is not None else n_tokens
     limit = model.max_positions
     applicable = applicable_lengths(lengths, limit)
-    longest = max(applicable, default=None)
+    longest = max(applicable, default=None) if rope_scaling is None else None
     model.eval()
     curve, per_position = [], None
     for length in sorted(lengths):
         s = window_stride(length, mode, stride)
-        p = point(mode, length, s, first, n_tokens)
+        p = point(mode, length, s, first, n_tokens, rope_scaling)
         if length not in applicable:
             p["applicable"] = False
             p["reason"] = (
@@ -230,13 +236,14 @@ def applicable_lengths(lengths: list[int], max_positions: int | None) -> list[in
 
 
 def count_windows(lengths: list[int], mode: str, stride: int | None, n_tokens: int,
-                  max_positions: int | None = None) -> int:
+                  max_positions: int | None = None, per_position: bool = True) -> int:
     """How many windows ``extrapolation_curve`` scores (a progress bar's total): every
-    applicable length, and in sliding mode the nonoverlapping pass at the longest one."""
+    applicable length, and in sliding mode the nonoverlapping pass at the longest one
+    (unless not ``per_position``: a RoPE scaling has none)."""
     lengths = applicable_lengths(lengths, max_positions)
     total = sum(len(window_plan(0, n_tokens, window_stride(L, mode, stride))[0])
                 for L in lengths)
-    longest = max(lengths, default=None)
+    longest = max(lengths, default=None) if per_position else None
     if longest is not None and window_stride(longest, mode, stride) != longest:
         total += len(window_plan(0, n_tokens, longest)[0])
     return total

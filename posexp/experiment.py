@@ -1,6 +1,9 @@
 """One run end to end: identity, lock, skip / resume / re-score / refuse, train, evaluate,
-record.  `posexp train`, sweep jobs, `posexp resume`, `posexp reproduce` and `posexp eval`
-all go through here; train.py keeps only the training loop.
+record.  `posexp train`, sweep jobs, `posexp resume`, `posexp finetune`, `posexp reproduce` and
+`posexp eval` all go through here; train.py keeps only the training loop.  A fine-tune is a
+run like any other whose first attempt starts from its parent's weights (parent_record,
+parent_weights); evaluation scores the run as trained and with the RoPE scalings
+eval.rope_scaling asks for, the model loaded once.
 
 What happens to the directory results_dir/experiment/run_name (with train.resume=true, the
 default), under its lock:
@@ -22,6 +25,8 @@ deleted) and the run starts afresh.  A run's identity is what determines its wei
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import signal
 import sys
@@ -30,16 +35,29 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 from posexp import config as C
 from posexp.data import Corpus, load_corpus
 from posexp.distributed import World, barrier, join, leave
+from posexp.encodings.rope_scaling import RopeScaling
 from posexp.errors import PosexpError, UsageError
 from posexp.evaluate import check_val_size, count_windows, extrapolation_curve, scored_region
 from posexp.model import GPT
-from posexp.runs import CHECKPOINT, RUN, Run, code_version, now, point_key, versions
+from posexp.runs import (
+    CHECKPOINT,
+    CONFIG,
+    RUN,
+    Run,
+    code_version,
+    now,
+    point_key,
+    point_scaling,
+    scaling_key,
+    scaling_text,
+    versions,
+)
 from posexp.sinks import Sink, open_sink
 from posexp.train import (
     Diverged,
@@ -48,8 +66,12 @@ from posexp.train import (
     check_checkpoint,
     fit,
     pick_device,
+    state_hash,
     weights_hash,
 )
+
+# What to score: (RoPE scaling record, or None for the model as trained; lengths)
+Wanted = list[tuple[dict | None, list[int]]]
 
 
 def run_dir(cfg: DictConfig) -> Path:
@@ -113,26 +135,42 @@ def existing(run: Run, cfg: DictConfig) -> dict | None:
     return info
 
 
+def run_scalings(cfg: DictConfig) -> list[dict | None]:
+    """The RoPE scalings a run (train, sweep, resume, finetune) scores: as trained, always,
+    and those eval.rope_scaling asks for."""
+    asked = C.eval_scalings(cfg)
+    return asked if None in asked else [None, *asked]
+
+
 def score_missing(run: Run, cfg: DictConfig, device: torch.device, info: dict) -> str:
     """A completed run of this identity: score only the points cfg.eval asks for that
     eval.json lacks (none: "skipped")."""
     have = scored_points(run)
+    scalings = run_scalings(cfg)
     val_tokens = info.get("corpus", {}).get("val_tokens")
     if isinstance(val_tokens, int):
-        missing = [L for L, key in requested_points(cfg, val_tokens).items() if key not in have]
+        missing: Wanted = []
+        for record in scalings:
+            lengths = [L for (_, L), key in requested_points(
+                cfg, val_tokens, [record]).items() if key not in have]
+            if lengths:
+                missing.append((record, lengths))
     else:  # a run.json without the corpus size: score everything asked for
-        missing = C.eval_lengths(cfg)
+        missing = [(record, C.eval_lengths(cfg)) for record in scalings]
     if not missing:
         print(f"posexp: {run.path}: already completed, and eval.json holds every point asked "
               "for; skipped (train.resume=false moves it aside and trains it again)",
               file=sys.stderr)
-        print(format_curve(requested_curve(run, cfg, val_tokens), cfg.train.seq_len,
+        print(format_curve(requested_curve(run, cfg, val_tokens, scalings), cfg.train.seq_len,
                            str(run.path)))
         return "skipped"
-    print(f"posexp: {run.path}: already completed; scoring the {len(missing)} missing "
-          f"point(s) at length {', '.join(map(str, missing))} from its checkpoint",
-          file=sys.stderr)
-    evaluate(run, cfg, device, missing)
+    count = sum(len(lengths) for _, lengths in missing)
+    where = f"at length {', '.join(map(str, missing[0][1]))}" if scalings == [None] else \
+        "(" + "; ".join(f"{scaling_text(scaling_key(record))} at {', '.join(map(str, lengths))}"
+                        for record, lengths in missing) + ")"
+    print(f"posexp: {run.path}: already completed; scoring the {count} missing "
+          f"point(s) {where} from its checkpoint", file=sys.stderr)
+    evaluate(run, cfg, device, missing, scalings=scalings)
     return "scored"
 
 
@@ -148,26 +186,33 @@ def scored_points(run: Run) -> set[tuple]:
         return set()
 
 
-def requested_points(cfg: DictConfig, val_tokens: int) -> dict[int, tuple]:
-    """length -> the eval.json key of the point cfg.eval asks for at that length."""
+def requested_points(cfg: DictConfig, val_tokens: int,
+                     scalings: list[dict | None]) -> dict[tuple, tuple]:
+    """(scaling key, length) -> the eval.json key of the point cfg.eval asks for at that
+    length with each of ``scalings`` (records, None: as trained)."""
     e = cfg.eval
     first, n = scored_region(val_tokens, e.tokens)
     mode = C.EvalMode(e.mode).value
-    return {L: point_key({"mode": mode, "length": L, "first_token": first, "tokens": n,
-                          "stride": L if mode == "nonoverlapping" else e.stride or max(1, L // 2)})
-            for L in C.eval_lengths(cfg)}
+    return {(scaling_key(record), L): point_key({
+        "mode": mode, "length": L, "first_token": first, "tokens": n, "rope_scaling": record,
+        "stride": L if mode == "nonoverlapping" else e.stride or max(1, L // 2)})
+        for record in scalings for L in C.eval_lengths(cfg)}
 
 
-def requested_curve(run: Run, cfg: DictConfig, val_tokens: int) -> list[dict]:
-    wanted = set(requested_points(cfg, val_tokens).values())
+def requested_curve(run: Run, cfg: DictConfig, val_tokens: int,
+                    scalings: list[dict | None]) -> list[dict]:
+    wanted = set(requested_points(cfg, val_tokens, scalings).values())
     return [p for p in run.read_eval()["curve"] if point_key(p) in wanted]
 
 
-def evaluate(run: Run, cfg: DictConfig, device: torch.device,
-             lengths: list[int] | None = None, header: str | None = None) -> None:
-    """Score a completed run's checkpoint at ``lengths`` (default: every length of
-    cfg.eval) and merge the points into its eval.json; no training.  ``header`` is printed
-    once the checkpoint is loaded, before the scoring starts."""
+def evaluate(run: Run, cfg: DictConfig, device: torch.device, wanted: Wanted | None = None,
+             header: str | None = None, scalings: list[dict | None] | None = None) -> None:
+    """Score a completed run's checkpoint (``wanted``, default: every length of cfg.eval
+    with every scaling of ``scalings``, default eval.rope_scaling's) and merge the points
+    into its eval.json; no training.  The model is loaded once for every scaling.
+    ``header`` is printed once the checkpoint is loaded, before the scoring starts."""
+    scalings = scalings or C.eval_scalings(cfg)
+    wanted = wanted or [(record, C.eval_lengths(cfg)) for record in scalings]
     info = run.info()
     corpus = load_corpus(cfg.data)
     trained_on = info.get("corpus") if isinstance(info.get("corpus"), dict) else {}
@@ -187,11 +232,12 @@ def evaluate(run: Run, cfg: DictConfig, device: torch.device,
     model.to(device)
     if header:
         print(header, file=sys.stderr)
-    with signals_interrupt(info.get("steps", 0), "during evaluation; nothing was written to "
-                           "eval.json; run the same command again to score it"):
-        _, seconds = score(model, corpus, cfg, run, Sink(), device, lengths)
+    with signals_interrupt(info.get("steps", 0), "during evaluation; the points scored so "
+                           "far are in eval.json; run the same command again to score the "
+                           "rest"):
+        _, seconds = score(model, corpus, cfg, run, Sink(), device, wanted)
     run.update(last_eval_at=now(), last_eval_seconds=round(seconds, 2))
-    print(format_curve(requested_curve(run, cfg, len(corpus.val)), cfg.train.seq_len,
+    print(format_curve(requested_curve(run, cfg, len(corpus.val), scalings), cfg.train.seq_len,
                        str(run.path), per_byte=corpus.tokenizer != "byte"))
 
 
@@ -209,8 +255,12 @@ def evaluate_dir(path: Path, cfg: DictConfig) -> None:
         e = cfg.eval
         stride = "" if C.EvalMode(e.mode) == C.EvalMode.nonoverlapping else (
             f", stride {e.stride}" if e.stride else ", stride half of each window")
+        scalings = C.eval_scalings(cfg)
+        variants = "" if scalings == [None] else (
+            f", {len(scalings)} RoPE scalings ("
+            + ", ".join(scaling_text(scaling_key(r)) for r in scalings) + ")")
         evaluate(run, cfg, device, header=(
-            f"posexp eval: {path}: {C.EvalMode(e.mode).value}{stride} at "
+            f"posexp eval: {path}: {C.EvalMode(e.mode).value}{stride}{variants} at "
             f"{', '.join(map(str, e.lengths))} on the last {e.tokens:,} validation tokens "
             f"({device})"))
 
@@ -235,26 +285,41 @@ def signals_interrupt(step: int, advice: str) -> Iterator[None]:
 
 
 def score(model: GPT, corpus: Corpus, cfg: DictConfig, run: Run, sink: Sink,
-          device: torch.device, lengths: list[int] | None = None,
+          device: torch.device, wanted: Wanted | None = None,
           progress: bool = True) -> tuple[list[dict], float]:
-    """The extrapolation curve at ``lengths`` (default cfg.eval's), written to eval.json.
+    """The extrapolation curve of every RoPE scaling and lengths of ``wanted`` (default: as
+    trained and every scaling eval.rope_scaling asks for, at cfg.eval's lengths), each
+    scaling's points written to eval.json as soon as they are scored, and all of them
+    returned.  The scalings change only cos and sin: the model is put back as trained.
     ``progress`` shows a bar over the windows scored, on a terminal only."""
     e = cfg.eval
-    lengths = lengths or C.eval_lengths(cfg)
+    wanted = wanted or [(record, C.eval_lengths(cfg)) for record in run_scalings(cfg)]
     mode = C.EvalMode(e.mode).value
+    trained = C.train_scaling(cfg)
     t0 = time.perf_counter()
-    with tqdm(total=count_windows(lengths, mode, e.stride, e.tokens, model.max_positions),
-              unit="win", desc=f"scoring {mode}", leave=False, dynamic_ncols=True,
-              disable=None if progress else True, file=sys.stderr) as bar:
-        curve, per_position = extrapolation_curve(
-            model, corpus.val, lengths, mode, e.stride, e.tokens, e.batch_tokens,
-            e.per_position_buckets, device, corpus.token_bytes, progress=bar.update,
-        )
-    seconds = time.perf_counter() - t0
-    run.write_eval(curve, per_position, train_seq_len=cfg.train.seq_len,
-                   encoding=cfg.encoding.name, corpus=corpus.fingerprint)
-    sink.log_eval(curve, per_position)
-    return curve, seconds
+    total = sum(count_windows(lengths, mode, e.stride, e.tokens, model.max_positions,
+                              per_position=record is None) for record, lengths in wanted)
+    curve = []
+    with tqdm(total=total, unit="win", desc=f"scoring {mode}", leave=False,
+              dynamic_ncols=True, disable=None if progress else True, file=sys.stderr) as bar:
+        try:
+            for record, lengths in wanted:
+                if record is not None:
+                    model.set_rope_scaling(RopeScaling(**record), C.original_len(cfg))
+                points, per_position = extrapolation_curve(
+                    model, corpus.val, lengths, mode, e.stride, e.tokens, e.batch_tokens,
+                    e.per_position_buckets, device, corpus.token_bytes, progress=bar.update,
+                    rope_scaling=record,
+                )
+                run.write_eval(points, per_position, train_seq_len=cfg.train.seq_len,
+                               encoding=cfg.encoding.name, corpus=corpus.fingerprint)
+                if record is None:
+                    sink.log_eval(points, per_position)
+                curve += points
+        finally:
+            if any(record is not None for record, _ in wanted):
+                model.set_rope_scaling(trained and RopeScaling(**trained), C.original_len(cfg))
+    return curve, time.perf_counter() - t0
 
 
 def train_and_evaluate(cfg: DictConfig, run: Run, same: bool, device: torch.device,
@@ -290,6 +355,9 @@ def train_and_evaluate(cfg: DictConfig, run: Run, same: bool, device: torch.devi
             state = None
             torch.manual_seed(cfg.seed)
             model = build_model(cfg, corpus.vocab_size).to(device)
+    fine_tune = OmegaConf.select(cfg, "parent.identity") is not None
+    if state is None and fine_tune:
+        model.load_state_dict(parent_weights(cfg))
     if not world.main:
         fit(model, corpus, cfg, None, Sink(), device, False, state, world)
         return "completed"
@@ -304,7 +372,8 @@ def train_and_evaluate(cfg: DictConfig, run: Run, same: bool, device: torch.devi
                device=str(device), n_params=model.n_params(), corpus=corpus.describe(),
                versions=versions(), model={k: cfg.model[k] for k in ("d_model", "n_layer",
                                                                      "n_head")},
-               code_version=code_version())
+               code_version=code_version(),
+               **({"parent": cfg.parent.run} if fine_tune else {}))
     print(f"posexp: {cfg.encoding.name}, {model.n_params() / 1e6:.2f}M parameters, "
           f"{cfg.train.tokens:,} tokens at length {cfg.train.seq_len} "
           f"({cfg.train.batch_size} sequences a step) on {device}"
@@ -339,6 +408,55 @@ def train_and_evaluate(cfg: DictConfig, run: Run, same: bool, device: torch.devi
     return "completed"
 
 
+def digest(obj: object) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def parent_record(path: Path) -> dict:
+    """What a fine-tune records of the run it continues (config.ParentConfig), read under
+    that run's lock: a completed run whose checkpoint holds the weights its run.json names;
+    a UsageError or PosexpError, in one line, for anything else."""
+    if not path.is_dir():
+        raise UsageError(f"{path} is not a directory; posexp finetune continues a completed "
+                         "run directory")
+    missing = [n for n in (CONFIG, RUN) if not (path / n).is_file()]
+    if missing:
+        raise UsageError(f"{path} is not a posexp run (no {' or '.join(missing)})")
+    run = Run(path)
+    with run.lock():
+        info = run.info()
+        status = info.get("status")
+        if status != "completed":
+            advice = f" (posexp resume {path} finishes it)" if status in (
+                "running", "interrupted") else ""
+            raise UsageError(f"{path} has status {status!r}; only a completed run can be "
+                             f"fine-tuned{advice}")
+        identity = run.identity()
+        weights = state_hash(run.load_checkpoint()["model"])
+    recorded = info.get("weights_sha256")
+    if recorded is not None and recorded != weights:
+        raise PosexpError(f"{path / CHECKPOINT} does not hold the weights {path / RUN} names "
+                          f"(sha256 {weights[:12]}, run.json has {str(recorded)[:12]}); the run "
+                          "is damaged")
+    return {"run": str(path.resolve()), "identity": digest(identity),
+            "config": digest({k: v for k, v in identity.items() if k not in C.SEED_KEYS}),
+            "weights_sha256": weights,
+            "original_len": identity.get("parent.original_len") or identity["train.seq_len"]}
+
+
+def parent_weights(cfg: DictConfig) -> dict:
+    """The weights a fine-tune starts from: its parent's, as they were when it was set up."""
+    parent = Run(Path(cfg.parent.run))
+    try:
+        state = parent.load_checkpoint()
+    except PosexpError as e:
+        raise PosexpError(f"cannot start the fine-tune from its parent: {e}") from None
+    if state_hash(state["model"]) != cfg.parent.weights_sha256:
+        raise PosexpError(f"the weights of {parent.path} have changed since this fine-tune was "
+                          "set up; run posexp finetune again to fine-tune them as they are")
+    return state["model"]
+
+
 def end(run: Run, sink: Sink, status: str, reason: str | None = None, **fields) -> None:
     """Record how the run ended; on a full disk even run.json may not be writable, and the
     error that got us here matters more than this one."""
@@ -351,13 +469,14 @@ def end(run: Run, sink: Sink, status: str, reason: str | None = None, **fields) 
 
 def format_curve(curve: list[dict], train_len: int, title: str, per_byte: bool = False) -> str:
     """The table printed at the end of a run: length -> loss, perplexity, bits per token, and
-    bits per byte when tokens are not bytes."""
+    bits per byte when tokens are not bytes; one table per mode and RoPE scaling."""
     lines = []
     extra = f"  {'bits/byte':>9}" if per_byte else ""
-    for mode in dict.fromkeys(p["mode"] for p in curve):
-        points = [p for p in curve if p["mode"] == mode]
-        lines.append(f"\n{title}: {mode}, {points[0]['tokens']:,} tokens scored at every length "
-                     f"(validation targets {points[0]['first_token'] + 1:,}-"
+    for mode, scaling in dict.fromkeys((p["mode"], point_scaling(p)) for p in curve):
+        points = [p for p in curve if p["mode"] == mode and point_scaling(p) == scaling]
+        scaled = f", RoPE scaled: {scaling_text(scaling)}" if scaling else ""
+        lines.append(f"\n{title}: {mode}{scaled}, {points[0]['tokens']:,} tokens scored at "
+                     f"every length (validation targets {points[0]['first_token'] + 1:,}-"
                      f"{points[0]['first_token'] + points[0]['tokens']:,})")
         lines.append(f"{'length':>8}  {'loss (nats)':>11}  {'ppl':>8}  {'bits/token':>10}{extra}")
         for p in points:

@@ -6,7 +6,8 @@ model size), how it ended, and its perplexity at the training length and at the 
 length it was scored at (nonoverlapping windows, with the 95% bootstrap interval when the
 point has one).  ``compare`` puts two runs side by side: the config keys that differ
 (identity first), then both curves per (mode, length) with the ratio B/A, paired over the
-same blocks of tokens (stats.ratio_interval) where both points scored the same tokens.
+same blocks of tokens (stats.ratio_interval) where both points scored the same tokens, one
+row per RoPE scaling a run was scored with.  ``ls`` summarises each run as trained.
 """
 
 from __future__ import annotations
@@ -18,7 +19,18 @@ from omegaconf import OmegaConf
 
 from posexp import config as C
 from posexp.errors import UsageError
-from posexp.runs import RUN, Region, Run, RunResult, load_run, run_dirs, shorten
+from posexp.runs import (
+    RUN,
+    Region,
+    Run,
+    RunResult,
+    load_run,
+    point_scaling,
+    run_dirs,
+    scaling_order,
+    scaling_text,
+    shorten,
+)
 
 MODE = "nonoverlapping"  # ls shows the curve of whole windows, every run has it
 WHERE = ("results_dir", "experiment", "run_name")  # where a run is, not what it is
@@ -264,24 +276,28 @@ def region_text(region: Region) -> str:
 
 
 def curve_lines(a: RunResult, b: RunResult, comparable: bool) -> list[str]:
-    """Per mode, one row per (length, stride) of the points on the regions compared
-    (regions_to_compare): A's and B's perplexity and B/A; points on other regions are named
-    in a line, not mixed in."""
+    """Per mode, one row per (RoPE scaling, length, stride) of the points on the regions
+    compared (regions_to_compare): A's and B's perplexity and B/A; points on other regions
+    are named in a line, not mixed in."""
     lines = []
     for mode in C.EvalMode:
         chosen = regions_to_compare(a, b, mode.value)
         if chosen == (None, None):
             continue
-        points = [{(p["length"], p["stride"]): p for p in r.curve if p["mode"] == mode.value
-                   and (p["first_token"], p["tokens"]) == region}
+        points = [{(point_scaling(p), p["length"], p["stride"]): p for p in r.curve
+                   if p["mode"] == mode.value and (p["first_token"], p["tokens"]) == region}
                   for r, region in zip((a, b), chosen, strict=True)]
+        keys = sorted(points[0].keys() | points[1].keys(),
+                      key=lambda k: (scaling_order(k[0]), k[1], k[2]))
+        scaled = any(scaling is not None for scaling, _, _ in keys)
         rows = [("length" if mode == C.EvalMode.nonoverlapping else "length/stride",
-                 "A ppl [95%]", "B ppl [95%]", "B/A [95%]", "")]
-        for length, stride in sorted(points[0].keys() | points[1].keys()):
-            pa, pb = (side.get((length, stride)) for side in points)
+                 *(["RoPE scaling"] * scaled), "A ppl [95%]", "B ppl [95%]", "B/A [95%]", "")]
+        for scaling, length, stride in keys:
+            pa, pb = (side.get((scaling, length, stride)) for side in points)
             trained = [n for n, r in (("A", a), ("B", b)) if r.train_len == length]
             rows.append((
                 str(length) if mode == C.EvalMode.nonoverlapping else f"{length}/{stride}",
+                *([scaling_text(scaling) if scaling else "as trained"] * scaled),
                 ppl_text(pa), ppl_text(pb), ratio_text(pa, pb, comparable),
                 f"<- {' and '.join(trained)} trained at {length}" if trained else ""))
         scored = region_text(chosen[0]) if chosen[0] == chosen[1] else ", ".join(

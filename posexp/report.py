@@ -1,7 +1,11 @@
 """Plots and tables across runs, read through runs.py (run.json, config.yaml, eval.json).
 
 Runs form one series when their identities (config.identity: every key that determines the
-weights) are equal except the seed, and their points are of the same mode and scored region.
+weights) are equal except the seed (and, for fine-tunes, the parent run of that seed), and
+their points are of the same mode, scored region and RoPE scaling: each scaling a run was
+scored with (``posexp eval RUN eval.rope_scaling=...``) is a series of its own, labelled
+with "+", the method and its factor, and a fine-tune's label says what it continues
+("rope L=64 → ft L=256" and its scaling).
 A series is the mean over its distinct seeds, with a 95% interval (posexp/stats.py): with
 two seeds or more, Student-t across the seeds; with one, the bootstrap over blocks of the
 scored tokens that eval.json records for each point (paired, for a ratio of two lengths).
@@ -29,20 +33,35 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import NormalDist
 
+from posexp.config import SEED_KEYS
 from posexp.errors import PosexpError
-from posexp.runs import DAMAGED, MODES, Region, RunResult, atomic_write, atomic_write_text
+from posexp.runs import (
+    DAMAGED,
+    MODES,
+    Region,
+    RunResult,
+    Scaling,
+    atomic_write,
+    atomic_write_text,
+    point_scaling,
+    scaling_order,
+    scaling_text,
+)
 from posexp.runs import load_runs as load_runs  # cli.py imports it from here
 from posexp.stats import LEVEL, Interval, ratio_interval, t_interval
 
 ENCODING_ORDER = ["nope", "learned", "sinusoidal", "rope", "alibi"]
 CSV_COLUMNS = ["experiment", "run", "series", "encoding", "train_seq_len", "seed", "n_params",
                "d_model", "n_layer", "n_head", "corpus", "corpus_fingerprint", "tokenizer",
-               "tokenizer_fingerprint", "steps", "tokens_trained", "mode", "stride", "length",
-               "first_token", "tokens", "applicable", "loss", "ppl", "ppl_low", "ppl_high",
-               "bits_per_token", "bits_per_byte", "reason"]
-POINT_COLUMNS = CSV_COLUMNS[CSV_COLUMNS.index("mode"):]
+               "tokenizer_fingerprint", "steps", "tokens_trained", "parent", "mode",
+               "rope_scaling", "rope_scaling_factor", "stride", "length", "first_token",
+               "tokens", "applicable", "loss", "ppl", "ppl_low", "ppl_high", "bits_per_token",
+               "bits_per_byte", "reason"]
+POINT_COLUMNS = [c for c in CSV_COLUMNS[CSV_COLUMNS.index("mode"):]
+                 if not c.startswith("rope_scaling")]
 
 ENCODING, TRAIN_LEN, SEED = "encoding.name", "train.seq_len", "seed"
+PARENT = "parent.config"  # a fine-tune's parent config: in its identity, and only in its
 # Identity keys that config.resolve fills in from others (d_ff from d_model; max_positions
 # and batch_size from seq_len): a label names one only when it tells apart series that the
 # rest of the label leaves alike, so runs at two lengths are not labelled "batch_size=32".
@@ -95,11 +114,13 @@ class Series:
     member per distinct seed."""
 
     config: tuple  # the identity without the seed, as sorted (key, repr(value)) pairs
+    scaling: Scaling  # the RoPE scaling its points were scored with; None: as trained
     mode: str
     region: Region
     members: list[RunResult]
     parts: list[tuple[str, str]] = field(default_factory=list)  # label: (key name, value)
     scored: str | None = None  # label: the region, when the report holds more than one
+    scalings: bool = False  # whether the report holds RoPE-scaled points or fine-tunes
     strides: list[str | None] = field(default_factory=lambda: [None])  # sliding: settings
     colour: str = ENCODING_COLOURS["nope"]
     styles: dict[str | None, tuple[str, str]] = field(default_factory=dict)  # per stride
@@ -113,26 +134,59 @@ class Series:
         return self.members[0].train_len
 
     @property
+    def fine_tune(self) -> tuple[int, Scaling] | None:
+        return self.members[0].fine_tune
+
+    @property
+    def root_len(self) -> int:
+        """The length the weights were first trained at (a fine-tune's root run's)."""
+        return self.fine_tune[0] if self.fine_tune else self.train_len
+
+    @property
     def label(self) -> str:
-        words = [f"{self.encoding} L={self.train_len}", *(f"{k}={v}" for k, v in self.parts)]
+        words = [curve_name(self.encoding, self.train_len, self.scaling, self.fine_tune),
+                 *(f"{k}={v}" for k, v in self.parts)]
         if self.scored:
             words.append(f"scored {self.scored}")
         return " · ".join(words)
 
     def columns(self) -> list[tuple[str, str]]:
         """(heading, value) of what tells this series apart beyond encoding and length."""
-        return [*self.parts, *([("scored", self.scored)] if self.scored else [])]
+        tuned = self.fine_tune
+        scaled = [("fine-tune", f"from L={tuned[0]}" + (f", {scaling_text(tuned[1])}"
+                                                       if tuned[1] else "") if tuned else "-"),
+                  ("RoPE scaling", scaling_text(self.scaling) if self.scaling else "-")]
+        return [*self.parts, *(scaled if self.scalings else []),
+                *([("scored", self.scored)] if self.scored else [])]
 
     def points(self, run: RunResult, stride: str | None) -> dict[int, dict]:
-        """length -> ``run``'s point of this series' mode and region (and, sliding, of the
-        stride setting ``stride``)."""
+        """length -> ``run``'s point of this series' mode, region and RoPE scaling (and,
+        sliding, of the stride setting ``stride``)."""
         return {p["length"]: p for p in run.curve
                 if p["mode"] == self.mode and _region(p) == self.region
+                and point_scaling(p) == self.scaling
                 and (stride is None or _follows(p, stride))}
 
 
+def fine_tune_text(train_len: int, fine_tune: tuple[int, Scaling]) -> str:
+    """'ft L=256 PI' and the factor: what a fine-tune trained at, and with."""
+    return f"ft L={train_len}" + (f" {scaling_text(fine_tune[1])}" if fine_tune[1] else "")
+
+
+def curve_name(encoding: str, train_len: int, scaling: Scaling,
+               fine_tune: tuple[int, Scaling] | None) -> str:
+    """A curve's name: the encoding and the length its weights were first trained at; a
+    fine-tune's length and scaling after an arrow; after a '+', the RoPE scaling it was
+    scored with."""
+    name = f"{encoding} L={fine_tune[0] if fine_tune else train_len}"
+    if fine_tune:
+        name += f" \u2192 {fine_tune_text(train_len, fine_tune)}"
+    return name + (f" + {scaling_text(scaling)}" if scaling else "")
+
+
 def config_key(run: RunResult) -> tuple:
-    return tuple(sorted((k, repr(v)) for k, v in run.identity.items() if k != SEED))
+    """The identity but the keys that follow the seed (a fine-tune's parent at that seed)."""
+    return tuple(sorted((k, repr(v)) for k, v in run.identity.items() if k not in SEED_KEYS))
 
 
 def _order(value: object) -> tuple:
@@ -148,17 +202,21 @@ def _text(value: object) -> str:
 def label_keys(identities: list[dict]) -> list[str]:
     """The identity keys, besides encoding, training length and seed, that a label names:
     every key whose value differs between these identities (a derived key only when the
-    others leave two identities alike that it tells apart)."""
-    keys = sorted(set().union(*identities) - {ENCODING, TRAIN_LEN, SEED})
+    others leave two identities alike that it tells apart).  Fine-tunes and runs trained
+    from scratch are compared among themselves: a fine-tune's budget, learning rate, parent
+    and scaling are in its label's name (curve_name), not in keys."""
+    keys = sorted(k for k in set().union(*identities) - {ENCODING, TRAIN_LEN, SEED}
+                  if not k.startswith(("parent.", "encoding.scaling.")))
+    groups = [[i for i in identities if (PARENT in i) == tuned] for tuned in (False, True)]
 
     def differs(key: str) -> bool:
-        return len({repr(i.get(key)) for i in identities}) > 1
+        return any(len({repr(i.get(key)) for i in group}) > 1 for group in groups)
 
     chosen = [k for k in keys if differs(k) and k not in DERIVED]
     for key in (k for k in keys if k in DERIVED and differs(k)):
         seen: dict[tuple, str] = {}
         for i in identities:
-            rest = tuple(repr(i.get(c)) for c in (ENCODING, TRAIN_LEN, *chosen))
+            rest = tuple(repr(i.get(c)) for c in (ENCODING, TRAIN_LEN, PARENT, *chosen))
             if seen.setdefault(rest, repr(i.get(key))) != repr(i.get(key)):
                 chosen.append(key)
                 break
@@ -191,10 +249,12 @@ def build_series(runs: list[RunResult]) -> tuple[list[Series], list[list[RunResu
     by_seed: dict[tuple, dict[object, list[RunResult]]] = defaultdict(dict)
     for r in sorted(runs, key=lambda r: str(r.path)):
         for mode in {p["mode"] for p in r.curve}:
-            for region in r.regions(mode):
-                by_seed[(config_key(r), mode, region)].setdefault(r.seed, []).append(r)
-    series = [Series(config, mode, region, [same[0] for same in seeds.values()])
-              for (config, mode, region), seeds in by_seed.items()]
+            for scaling in r.scalings(mode):
+                for region in r.regions(mode, scaling):
+                    by_seed[(config_key(r), scaling, mode, region)].setdefault(
+                        r.seed, []).append(r)
+    series = [Series(config, scaling, mode, region, [same[0] for same in seeds.values()])
+              for (config, scaling, mode, region), seeds in by_seed.items()]
     # a group shows up once per mode and region it was scored in: keep one of each
     duplicates = {tuple(str(r.path) for r in same): same for seeds in by_seed.values()
                   for same in seeds.values() if len(same) > 1}
@@ -203,20 +263,25 @@ def build_series(runs: list[RunResult]) -> tuple[list[Series], list[list[RunResu
     keys = label_keys(list(identities.values()))
     names = short_names(keys, set().union(*identities.values()))
     several_regions = len({s.region for s in series}) > 1
+    scalings = any(s.scaling or s.fine_tune for s in series)
     for s in series:
         ident = identities[s.config]
         s.parts = [(names[k], _text(ident.get(k))) for k in keys]
         s.scored = region_text(s.region) if several_regions else None
+        s.scalings = scalings
         if s.mode == "sliding":
             s.strides = stride_settings([p for r in s.members for p in r.curve
                                          if p["mode"] == s.mode and _region(p) == s.region])
 
     def order(s: Series) -> tuple:
+        # a fine-tune right after the run it continues, a scaling after the run as trained
         enc = s.encoding
         rank = ENCODING_ORDER.index(enc) if enc in ENCODING_ORDER else len(ENCODING_ORDER)
         ident = identities[s.config]
-        return (rank, enc, s.train_len, *(_order(ident.get(k)) for k in keys), s.region,
-                MODES.index(s.mode))
+        tuned = s.fine_tune
+        return (rank, enc, s.root_len, tuned is not None, s.train_len,
+                scaling_order(tuned[1]) if tuned else (), *(_order(ident.get(k)) for k in keys),
+                s.region, scaling_order(s.scaling), MODES.index(s.mode))
 
     series.sort(key=order)
     # a colour per encoding; a style per config and region among the series of one colour,
@@ -234,9 +299,9 @@ def build_series(runs: list[RunResult]) -> tuple[list[Series], list[list[RunResu
 
     for s in series:
         s.colour = colours[s.encoding]
-        s.styles = {s.strides[0]: style((s.config, s.region), s.colour)}
+        s.styles = {s.strides[0]: style((s.config, s.scaling, s.region), s.colour)}
     for s in series:
-        s.styles.update({stride: style((s.config, s.region, stride), s.colour)
+        s.styles.update({stride: style((s.config, s.scaling, s.region, stride), s.colour)
                          for stride in s.strides[1:]})
     return series, list(duplicates.values())
 
@@ -244,28 +309,6 @@ def build_series(runs: list[RunResult]) -> tuple[list[Series], list[list[RunResu
 def modes(runs: list[RunResult]) -> list[str]:
     found = {p["mode"] for r in runs for p in r.curve}
     return [m for m in MODES if m in found]
-
-
-def curve_stats(members: list[RunResult], mode: str, region: Region) -> dict[int, dict]:
-    """length -> {mean, min, max, n, applicable, reason} of perplexity across ``members``,
-    from their points of ``mode`` scored on ``region`` only."""
-    by_length: dict[int, list[dict]] = defaultdict(list)
-    for r in members:
-        for length, p in r.points(mode, region).items():
-            by_length[length].append(p)
-    stats = {}
-    for length in sorted(by_length):
-        ps = by_length[length]
-        ppl = [p["ppl"] for p in ps if p["applicable"]]
-        stats[length] = {
-            "mean": sum(ppl) / len(ppl) if ppl else None,
-            "min": min(ppl) if ppl else None,
-            "max": max(ppl) if ppl else None,
-            "n": len(ppl),
-            "applicable": bool(ppl),
-            "reason": next((p["reason"] for p in ps if not p["applicable"]), None),
-        }
-    return stats
 
 
 # --- curves: a series (and, sliding, one stride setting) as the figures and tables show it
@@ -360,13 +403,17 @@ def stride_note(curves: list[Curve]) -> str:
 def not_scored(series: list[Series], mode: str) -> list[str]:
     """One line per run of the report (a seed of a config, on a region) that holds points of
     another mode but none of ``mode``, with the command that scores it."""
-    have = {(s.config, s.region, r.seed) for s in series if s.mode == mode for r in s.members}
-    lines: dict[str, str] = {}
+    have = {(s.config, s.scaling, s.region, r.seed) for s in series if s.mode == mode
+            for r in s.members}
+    lines: dict[tuple, str] = {}
     for s in series:
+        scaled = "" if s.scaling is None else (
+            " eval.rope_scaling={method} eval.rope_scaling.factor={factor:g}"
+            .format(**dict(s.scaling)))
         for r in s.members:
-            if (s.config, s.region, r.seed) not in have:
-                lines.setdefault(str(r.path), f"{s.label}: posexp eval {r.path} "
-                                              f"eval.mode={mode}")
+            if (s.config, s.scaling, s.region, r.seed) not in have:
+                lines.setdefault((str(r.path), s.scaling), f"{s.label}: posexp eval {r.path} "
+                                                           f"eval.mode={mode}{scaled}")
     return list(lines.values())
 
 
@@ -399,7 +446,7 @@ def notes(curves: list[Curve], series: list[Series], mode: str) -> list[str]:
 def tidy_rows(runs: list[RunResult]) -> list[dict]:
     """One row per run x curve point, with the label of the series the point belongs to."""
     series, _ = build_series(runs)
-    labels = {(s.config, s.mode, s.region): s.label for s in series}
+    labels = {(s.config, s.scaling, s.mode, s.region): s.label for s in series}
     rows = []
     for r in runs:
         model = r.info.get("model") or {}
@@ -414,10 +461,14 @@ def tidy_rows(runs: list[RunResult]) -> list[dict]:
             "tokenizer": corpus.get("tokenizer"),
             "tokenizer_fingerprint": corpus.get("tokenizer_fingerprint"),
             "steps": r.info.get("steps"), "tokens_trained": r.info.get("tokens_trained"),
+            "parent": r.info.get("parent"),
         }
         for p in r.curve:
-            label = labels[(config_key(r), p["mode"], _region(p))]
+            label = labels[(config_key(r), point_scaling(p), p["mode"], _region(p))]
+            scaling = p.get("rope_scaling") or {}
             rows.append({**run_fields, "series": label,
+                         "rope_scaling": scaling_text(point_scaling(p)) if scaling else None,
+                         "rope_scaling_factor": scaling.get("factor"),
                          **{k: p.get(k) for k in POINT_COLUMNS}})
     return rows
 
@@ -792,7 +843,8 @@ def per_position_figure(runs: list[RunResult]):
     per-position record."""
     firsts: dict[tuple, Series] = {}  # (config, region) -> its first series: colour, style
     for s in build_series(runs)[0]:
-        firsts.setdefault((s.config, s.region), s)
+        if s.scaling is None:  # RoPE-scaled scoring records no per-position loss
+            firsts.setdefault((s.config, s.region), s)
     drawn, caption = [], []  # drawn: (series, longest record, its seeds' records)
     for s in firsts.values():
         records = [(r, p) for r in s.members if (p := _longest_record(r, s.region))]

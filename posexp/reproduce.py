@@ -14,6 +14,13 @@ scored in both modes, and each claim is judged from what was measured:
   *does not hold* when it lies wholly on the other side, and *inconclusive* when it straddles
   the threshold.
 
+A preset names its claim set (``claims:``, default ``press``): ``press`` holds the claims of
+Press et al. and two about NoPE (configs/reproduce/cpu.yaml, gpu.yaml); ``rope-scaling``
+those about RoPE context extension (rope-scaling.yaml, rope-scaling-gpu.yaml), measured on
+RoPE-scaled evaluations of one run (``eval.rope_scaling`` in its overrides) and on short
+fine-tunes of it (``finetunes:``, each a parent among the runs and the overrides of
+``posexp finetune``).
+
 The verdicts read exactly the preset's runs.  A run that fails does not stop the others; every
 claim that needs it is "not measured", and so is a claim whose runs hold no common scored
 region or no common seed: a claim never compares points scored on different validation
@@ -22,6 +29,7 @@ tokens, or in different modes.
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 import sys
 from collections.abc import Callable
@@ -31,30 +39,52 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from posexp import config as C
 from posexp import stats
 from posexp.errors import PosexpError, UsageError
-from posexp.report import Series, build_series, region_text, write_report
+from posexp.report import Series, build_series, curve_name, region_text, write_report
 from posexp.runs import (
     MISSING,
     Region,
     RunResult,
+    Scaling,
     atomic_write_json,
     atomic_write_text,
     load_run,
+    scaling_key,
     split_runs,
 )
 
 NONOVERLAPPING, SLIDING = "nonoverlapping", "sliding"
-Need = tuple[str, int, str]  # a curve a claim compares: (encoding, training length, mode)
-# ppl(encoding, training length, mode, evaluation length): one seed's perplexity, or the
-# bootstrap resamples of it (an array; every point's blocks drawn alike)
-Lookup = Callable[[str, int, str, int], "float | np.ndarray"]
+# A curve a claim compares: (encoding, training length, mode) of a run as trained; or, with
+# RoPE scaling, (encoding, training length, mode, the scaling it is scored with, None or a
+# fine-tune's (root training length, its training-time scaling)).
+Need = tuple
+# ppl(*need, evaluation length): one seed's perplexity, or the bootstrap resamples of it (an
+# array; every point's blocks drawn alike)
+Lookup = Callable[..., "float | np.ndarray"]
+
+
+def full_need(need: Need) -> tuple[str, int, str, Scaling, tuple | None]:
+    return (*need, None, None) if len(need) == 3 else need
+
+
+def need_text(need: Need) -> str:
+    """How a verdict names the curve a claim needs (report.curve_name)."""
+    enc, train_len, _, scaling, fine_tune = full_need(need)
+    return curve_name(enc, train_len, scaling, fine_tune)
+
 
 PRESS = "Press et al., Train Short, Test Long (ALiBi), ICLR 2022"
 HAVIV = "Haviv et al., Transformer Language Models without Positional Encodings Still Learn " \
         "Positional Information, Findings of EMNLP 2022"
 KAZEMNEJAD = "Kazemnejad et al., The Impact of Positional Encoding on Length Generalization " \
              "in Transformers, NeurIPS 2023"
+CHEN = "Chen et al., Extending Context Window of Large Language Models via Positional " \
+       "Interpolation, arXiv:2306.15595 (2023)"
+PENG = "Peng et al., YaRN: Efficient Context Window Extension of Large Language Models, " \
+       "ICLR 2024"
+BLOC97 = "bloc97, NTK-Aware Scaled RoPE (r/LocalLLaMA, 2023)"
 HOLDS, FAILS, INCONCLUSIVE, UNMEASURED = "holds", "does not hold", "inconclusive", "not measured"
 
 
@@ -117,28 +147,29 @@ class Curves:
         is the preset's own; older runs may hold points on other regions beside it."""
         found: dict[Need, dict[Region, Series]] = {}
         for need in needs:
-            enc, train_len, mode = need
+            mode = need[2]
             by_region: dict[Region, Series] = {}
             for s in self.series:
-                if (s.encoding, s.train_len, s.mode) != need:
+                if (s.encoding, s.train_len, s.mode, s.scaling, s.fine_tune) != \
+                        full_need(need):
                     continue
                 if s.region in by_region:
-                    return (f"two configs of {enc} L={train_len}: {by_region[s.region].label} "
+                    return (f"two configs of {need_text(need)}: {by_region[s.region].label} "
                             f"and {s.label}")
                 by_region[s.region] = s
             if not by_region:
-                return f"no completed run of {enc} L={train_len} with {mode} points"
+                return f"no completed run of {need_text(need)} with {mode} points"
             found[need] = by_region
         common = set.intersection(*(set(by_region) for by_region in found.values()))
         common = {region for region in common if region[1] == self.n_tokens}
         if not common:
-            held = "; ".join(f"{enc} L={L} {mode}: "
-                             + ", ".join(region_text(r) for r in sorted(found[(enc, L, mode)]))
-                             for enc, L, mode in needs)
+            held = "; ".join(f"{need_text(need)} {need[2]}: "
+                             + ", ".join(region_text(r) for r in sorted(found[need]))
+                             for need in needs)
             return (f"no scored region of {self.n_tokens} tokens common to its runs ({held})")
         region = max(common)
-        return {need: {r.seed: r.points(need[2], region) for r in found[need][region].members}
-                for need in needs}
+        return {need: {r.seed: r.points(need[2], region, full_need(need)[3])
+                       for r in found[need][region].members} for need in needs}
 
 
 def _decide(interval: stats.Interval, op: str, threshold: float) -> str:
@@ -169,10 +200,11 @@ def judge(claim: Claim, curves: Curves) -> Verdict:
     if not seeds:
         return unmeasured("its runs share no seed")
 
-    def point(seed: int, enc: str, train_len: int, mode: str, length: int) -> dict:
-        p = got[(enc, train_len, mode)][seed].get(length)
+    def point(seed: int, *need_length: object) -> dict:
+        need, length = need_length[:-1], need_length[-1]
+        p = got[need][seed].get(length)
         if p is None or not p["applicable"]:
-            raise Missing(f"{enc} L={train_len} has no {mode} point at {length}")
+            raise Missing(f"{need_text(need)} has no {need[2]} point at {length}")
         return p
 
     try:
@@ -212,7 +244,8 @@ def _bootstrap(test: Test, point: Callable[..., dict]) -> stats.Interval:
 
 
 def claims(preset: DictConfig) -> tuple[list[Claim], list[Claim]]:
-    """(claims of Press et al., claims about NoPE) with the preset's thresholds."""
+    """(claims of Press et al., claims about NoPE) with the preset's thresholds: the claim
+    set ``press``."""
     L, th = int(preset.train_seq_len), preset.thresholds
     k = int(th.sinusoidal_blowup_at)
 
@@ -282,12 +315,87 @@ def claims(preset: DictConfig) -> tuple[list[Claim], list[Claim]]:
     return press, nope
 
 
+def rope_scaling_claims(preset: DictConfig) -> list[Claim]:
+    """The claims about RoPE context extension with the preset's thresholds: the claim set
+    ``rope-scaling``.  They compare, at s x L for the preset's factor s, the run as trained
+    with its RoPE-scaled scorings at factor s and with its fine-tunes at s x L."""
+    L, th = int(preset.train_seq_len), preset.thresholds
+    s = float(th.factor)
+    long = int(s * L)
+    params = {p.name: p.default for p in dataclasses.fields(C.ScalingParams)}
+
+    def scaled(method: str) -> Scaling:
+        return scaling_key(C.scaling_record(method, s, params))
+
+    plain = ("rope", L, NONOVERLAPPING)
+
+    def at(method: str) -> Need:  # the run scored with a scaling
+        return ("rope", L, NONOVERLAPPING, scaled(method), None)
+
+    def tuned(method: str) -> Need:  # its fine-tune at s x L with a scaling
+        return ("rope", long, NONOVERLAPPING, None, (L, scaled(method)))
+
+    def ratio(a: Need, length_a: int, b: Need, length_b: int) -> Callable[[Lookup], object]:
+        return lambda ppl: ppl(*a, length_a) / ppl(*b, length_b)
+
+    k, gap = f"{s:g}", float(th.finetune_gap)
+    return [
+        Claim(1, f"Without fine-tuning, NTK-aware and YaRN scaling (factor {k}) beat plain "
+                 f"extrapolation at {k}L", f"{BLOC97}; {PENG}, §3.1 and §3.4",
+              "RoPE's perplexity climbs past L, and both methods are proposed as a fix that "
+              "needs no training; 1 is a tie",
+              [plain, at("ntk"), at("yarn")],
+              [Test(f"{name} x{k} / plain, ppl({k}L)", ratio(at(method), long, plain, long),
+                    "<=", 1.0) for method, name in (("ntk", "NTK-aware"), ("yarn", "YaRN"))]),
+        Claim(2, f"Position Interpolation without fine-tuning costs perplexity at L (factor "
+                 f"{k})", f"{CHEN}; {PENG}, §3.1 (PI loses the high frequencies)",
+              f"PI squeezes the positions the model learned by {k}: a cost of "
+              f"{float(th.pi_cost) - 1:.0%} at L is one a user would notice",
+              [plain, at("linear")],
+              [Test(f"PI x{k} / plain, ppl(L)", ratio(at("linear"), L, plain, L), ">=",
+                    float(th.pi_cost))]),
+        Claim(3, f"A short fine-tune at {k}L with PI or YaRN brings {k}L within a few percent "
+                 "of the parent's perplexity at L", f"{CHEN}, §3 (about 1000 steps); "
+                 f"{PENG}, §4",
+              f"'a few percent': {gap:.0%} above the parent's ppl(L); with {k}x the context "
+              "a well-extended model does no worse than at L",
+              [plain, tuned("linear"), tuned("yarn")],
+              [Test(f"fine-tuned {name} ppl({k}L) / parent ppl(L)",
+                    ratio(tuned(method), long, plain, L), "<=", 1 + gap)
+               for method, name in (("linear", "PI"), ("yarn", "YaRN"))]),
+        Claim(4, "YaRN fine-tunes at least as well as PI", f"{PENG}, §4",
+              "the same fine-tune budget for both; 1 is a tie",
+              [tuned("linear"), tuned("yarn")],
+              [Test(f"fine-tuned YaRN / PI, ppl({k}L)", ratio(tuned("yarn"), long,
+                                                           tuned("linear"), long),
+                    "<=", 1.0)]),
+    ]
+
+
+CLAIM_SETS = ("press", "rope-scaling")
+
+
+def claim_set(preset: DictConfig) -> str:
+    name = preset.get("claims") or "press"
+    if name not in CLAIM_SETS:
+        raise UsageError(f"claims must be one of {', '.join(CLAIM_SETS)}, got {name!r}")
+    return name
+
+
+def claim_sections(preset: DictConfig) -> list[tuple[str, list[Claim]]]:
+    """The preset's claims, by section of verdicts.md."""
+    if claim_set(preset) == "rope-scaling":
+        return [(f"Claims about RoPE context extension ({CHEN.split(',')[0]}; "
+                 f"{PENG.split(',')[0]}; {BLOC97.split(',')[0]})", rope_scaling_claims(preset))]
+    press, nope = claims(preset)
+    return [(f"Claims of {PRESS}", press), ("Claims about no positional encoding (NoPE)", nope)]
+
+
 def verdicts(runs: list[RunResult], preset: DictConfig, n_tokens: int) -> list[Verdict]:
     """Every claim measured on ``runs`` (the preset's completed runs), each on the region of
     ``n_tokens`` (the preset's eval.tokens) scored tokens."""
     curves = Curves(runs, n_tokens)
-    press, nope = claims(preset)
-    return [judge(c, curves) for c in (*press, *nope)]
+    return [judge(c, curves) for _, section in claim_sections(preset) for c in section]
 
 
 def learned_property(runs: list[RunResult], train_len: int) -> str:
@@ -346,14 +454,19 @@ def preset_seeds(preset: DictConfig, name: str) -> list[int]:
 
 
 def reproduce(name: str, results_dir: Path, config_dir: Path,
-              compose: Callable[[list[str]], DictConfig]) -> list[Verdict]:
-    """Train what is missing, score every run in both modes, write the report and verdicts.
-    ``compose`` turns a list of overrides into a checked config (the CLI's).  A run that fails
-    is named and the others go on; after the report, a PosexpError says how many failed."""
+              compose: Callable[[list[str]], DictConfig],
+              finetune: Callable[[Path, list[str]], DictConfig] | None = None) -> list[Verdict]:
+    """Train what is missing, score every run (in both modes, unless the preset says
+    ``sliding: false``), fine-tune what the preset lists, write the report and verdicts.
+    ``compose`` turns a list of overrides into a checked config, ``finetune`` a parent run
+    and overrides into a fine-tune's (the CLI's).  A run that fails is named and the others
+    go on (a fine-tune of a failed run fails too); after the report, a PosexpError says how
+    many failed."""
     from posexp.experiment import run as run_experiment
     from posexp.train import Interrupted
 
     preset = load_preset(name, config_dir)
+    sections = claim_sections(preset)
     seeds = preset_seeds(preset, name)
     common = [*preset.overrides, f"experiment={preset.experiment}", f"results_dir={results_dir}"]
     # every run at every seed, all checked before any runs
@@ -366,20 +479,54 @@ def reproduce(name: str, results_dir: Path, config_dir: Path,
                          f"({', '.join(map(str, sorted(n_tokens)))}); its claims compare them "
                          "on the same tokens")
     paths = [Path(cfg.results_dir) / cfg.experiment / cfg.run_name for cfg in configs]
+    # each fine-tune at each seed: (parent, its overrides), the parent one of the runs
+    tunes = []
+    for entry in preset.get("finetunes") or []:
+        for seed in seeds:
+            cfg = compose([*common, *entry.parent, f"seed={seed}"])
+            parent = Path(cfg.results_dir) / cfg.experiment / cfg.run_name
+            if parent not in paths:
+                raise UsageError(f"preset {name}: the parent of fine-tune "
+                                 f"{list(entry.overrides)} ({list(entry.parent)}) is not one "
+                                 "of its runs")
+            tunes.append((parent, list(entry.overrides)))
+    if tunes and finetune is None:
+        raise UsageError(f"preset {name} lists fine-tunes, and reproduce was given no way to "
+                         "set them up")
     failed: dict[Path, str] = {}
-    for i, (cfg, path) in enumerate(zip(configs, paths, strict=True), 1):
-        print(f"posexp reproduce: run {i}/{len(configs)}: {cfg.run_name}", file=sys.stderr)
-        sliding = OmegaConf.merge(cfg, {"eval": {"mode": SLIDING, "stride": None}})
+
+    def attempt(path: Path, configure: Callable[[], list[DictConfig]], what: str) -> Path:
+        """Run the configs ``configure`` gives; a failure is recorded under their run's
+        directory (``path`` until they are known)."""
         try:
-            # trains (or finds the run completed), then scores only the sliding points
-            for each in (cfg, sliding):
+            for each in configure():
+                path = Path(each.results_dir) / each.experiment / each.run_name
                 run_experiment(each)
         except Interrupted:
             raise  # a signal stops the whole suite; the run is checkpointed
         except Exception as e:  # one failed run must not stop the others
             failed[path] = _first_line(e)
-            print(f"posexp reproduce: {cfg.experiment}/{cfg.run_name}: failed: {failed[path]}",
-                  file=sys.stderr)
+            print(f"posexp reproduce: {what}: failed: {failed[path]}", file=sys.stderr)
+        return path
+
+    total = len(configs) + len(tunes)
+    for i, (cfg, path) in enumerate(zip(configs, paths, strict=True), 1):
+        print(f"posexp reproduce: run {i}/{total}: {cfg.run_name}", file=sys.stderr)
+        # trains (or finds the run completed), then scores only the sliding points
+        modes = [cfg]
+        if preset.get("sliding", True):
+            modes.append(OmegaConf.merge(cfg, {"eval": {"mode": SLIDING, "stride": None}}))
+        attempt(path, lambda modes=modes: modes, f"{cfg.experiment}/{cfg.run_name}")
+    for i, (parent, overrides) in enumerate(tunes, len(configs) + 1):
+        print(f"posexp reproduce: run {i}/{total}: fine-tune of {parent.name} "
+              f"{' '.join(overrides)}", file=sys.stderr)
+        placeholder = parent.with_name(f"{parent.name}-ft-{i}")
+        if parent in failed:
+            failed[placeholder] = f"its parent {parent.name} failed"
+            paths.append(placeholder)
+            continue
+        paths.append(attempt(placeholder, lambda p=parent, o=overrides: [finetune(p, o)],
+                             f"fine-tune of {parent}"))
 
     results = []
     for path in paths:
@@ -393,37 +540,42 @@ def reproduce(name: str, results_dir: Path, config_dir: Path,
     # a run that failed after it completed (scoring its sliding points) is in the report, but
     # its claims are not measured
     rows = verdicts([r for r in runs if r.path not in failed], preset, n_tokens.pop())
-    press, _ = claims(preset)
     devices = ", ".join(sorted({str(r.info.get("device", "?")) for r in runs})) or "?"
+    by_section, start = [], 0
+    for title, section in sections:
+        by_section.append((title, rows[start:start + len(section)]))
+        start += len(section)
+    note = learned_property(runs, int(preset.train_seq_len)) if claim_set(preset) == "press" \
+        else None
     atomic_write_text(out / "verdicts.md", verdicts_markdown(
-        name, preset, rows, len(press), learned_property(runs, int(preset.train_seq_len)),
-        failed, devices, versions_table(runs)))
+        name, preset, by_section, note, failed, devices, versions_table(runs)))
     atomic_write_json(out / "verdicts.json", {
         "preset": name, "seeds": seeds, "verdicts": [asdict(v) for v in rows],
         "failed": {str(path): message for path, message in failed.items()},
         "thresholds": OmegaConf.to_container(preset.thresholds)})
     print(f"\n{terminal_verdicts(rows)}\n\nreport: {out}")
     if failed:
-        raise PosexpError(f"{len(failed)} of {len(configs)} runs failed; their claims are not "
+        raise PosexpError(f"{len(failed)} of {total} runs failed; their claims are not "
                           "measured")
     return rows
 
 
-def verdicts_markdown(name: str, preset: DictConfig, rows: list[Verdict], n_press: int,
-                      learned: str, failed: dict[Path, str], device: str,
+def verdicts_markdown(name: str, preset: DictConfig, sections: list[tuple[str, list[Verdict]]],
+                      note: str | None, failed: dict[Path, str], device: str,
                       versions: str) -> str:
+    """verdicts.md: a table of verdicts per section, ``note`` (a property, not a claim), the
+    runs that failed and the software."""
     failures = "".join(f"* {path}: failed: {message}\n" for path, message in failed.items())
-    methods = sorted({v.interval for v in rows if v.interval})
+    methods = sorted({v.interval for _, rows in sections for v in rows if v.interval})
+    tables = "".join(f"## {title}\n\n{verdict_table(rows)}\n\n" for title, rows in sections)
     return (
         f"# Claims about length extrapolation, preset {name}\n\n"
         f"{preset.get('description', '')}\n\n"
         "A claim **holds** when the whole 95% interval of its statistic lies on the claim's "
         "side of the threshold, **does not hold** when it lies wholly on the other side, and is "
         "**inconclusive** when it straddles the threshold. Intervals: "
-        f"{'; '.join(methods) or 'none'}.\n\n"
-        f"## Claims of {PRESS}\n\n{verdict_table(rows[:n_press])}\n\n"
-        f"## Claims about no positional encoding (NoPE)\n\n{verdict_table(rows[n_press:])}"
-        f"\n\n## A property, not a claim\n\n{learned}\n\n"
+        f"{'; '.join(methods) or 'none'}.\n\n{tables}"
+        + (f"## A property, not a claim\n\n{note}\n\n" if note else "")
         + (f"Runs that failed (their claims are not measured):\n\n{failures}\n" if failed
            else "")
         + f"## Software\n\nDevice: {device}\n\n{versions}\n")

@@ -36,7 +36,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 import posexp
-from posexp.config import EvalMode
+from posexp.config import SCALING_METHODS, EvalMode, ScalingParams, scaling_record
 from posexp.config import identity as config_identity
 from posexp.errors import PosexpError, UsageError
 
@@ -46,12 +46,53 @@ CONFIG, RUN, METRICS, EVAL, CHECKPOINT = (
 
 
 # A curve point is one (mode, length, stride) scored on one region of the validation
-# stream: the targets first_token+1 .. first_token+tokens.
+# stream: the targets first_token+1 .. first_token+tokens; and with one RoPE scaling, or as
+# trained (rope_scaling null, or absent in eval.json written before posexp had scalings).
 POINT_KEYS = frozenset({"mode", "length", "stride", "first_token", "tokens"})
+Scaling = tuple | None  # scaling_key of a point's rope_scaling
+
+
+def scaling_key(record: dict | None) -> Scaling:
+    """A RoPE scaling record (config.scaling_record) as a hashable key; None as trained."""
+    if record is None:
+        return None
+    return tuple(sorted((k, v if isinstance(v, str) else float(v)) for k, v in record.items()))
+
+
+def point_scaling(p: dict) -> Scaling:
+    return scaling_key(p.get("rope_scaling"))
 
 
 def point_key(p: dict) -> tuple:
-    return (p["mode"], p["length"], p["stride"], p["first_token"], p["tokens"])
+    return (p["mode"], p["length"], p["stride"], p["first_token"], p["tokens"],
+            point_scaling(p))
+
+
+def scaling_order(scaling: Scaling) -> tuple:
+    """A sort key: as trained first, then by method (config.SCALING_METHODS) and factor."""
+    if scaling is None:
+        return (0, 0, 0.0, "")
+    record = dict(scaling)
+    method = record["method"]
+    rank = SCALING_METHODS.index(method) if method in SCALING_METHODS else len(SCALING_METHODS)
+    return (1, rank, record["factor"], str(scaling))
+
+
+SCALING_NAMES = {"linear": "PI", "ntk": "NTK-aware", "dynamic": "dynamic NTK", "yarn": "YaRN",
+                 "llama3": "Llama 3"}
+
+
+def scaling_text(scaling: Scaling) -> str:
+    """A scaling in words: its method's name, the multiplication sign and its factor, and
+    the parameters that differ from the papers' defaults."""
+    if scaling is None:
+        return "as trained"
+    record = dict(scaling)
+    defaults = ScalingParams()
+    params = [f"{k} {v:g}" for k, v in record.items()
+              if k not in ("method", "factor") and v != getattr(defaults, k)]
+    name = SCALING_NAMES.get(record["method"], record["method"])
+    return f"{name} \u00d7{record['factor']:g}" + (f" ({', '.join(params)})" if params else "")
 
 
 def shorten(text: str, width: int) -> str:
@@ -311,12 +352,13 @@ class Run:
         return data
 
     def write_eval(self, curve: list[dict], per_position: dict | None, **fields: Any) -> dict:
-        """Merge new curve points into eval.json; a point with the same mode, length, stride
-        and scored region replaces the old one, others stay beside it."""
+        """Merge new curve points into eval.json; a point with the same mode, length, stride,
+        scored region and RoPE scaling replaces the old one, others stay beside it."""
         data = self.read_eval()
         new = {point_key(p) for p in curve}
         data["curve"] = [p for p in data["curve"] if point_key(p) not in new] + curve
-        data["curve"].sort(key=lambda p: (p["mode"], p["stride"] if p["mode"] == "sliding" else 0,
+        data["curve"].sort(key=lambda p: (p["mode"], scaling_order(point_scaling(p)),
+                                          p["stride"] if p["mode"] == "sliding" else 0,
                                           p["length"]))
         if per_position is not None:
             data["per_position"] = [
@@ -399,15 +441,18 @@ _KINDS: dict[str, Callable[[object], bool]] = {
 # The keys of each file that report, reproduce and sweep read, and their kinds.  A key may be
 # absent or null unless required; present, it must be of its kind.
 RUN_KINDS = {"status": STR, "reason": STR, "name": STR, "experiment": STR, "encoding": STR,
-             "seq_len": INT, "seed": INT, "n_params": INT, "steps": INT, "tokens_trained": INT,
-             "device": STR, "model": OBJ, "corpus": OBJ, "versions": OBJ}
+             "parent": STR, "seq_len": INT, "seed": INT, "n_params": INT, "steps": INT,
+             "tokens_trained": INT, "device": STR, "model": OBJ, "corpus": OBJ, "versions": OBJ}
 MODEL_KINDS = {"d_model": INT, "n_layer": INT, "n_head": INT}
 CORPUS_KINDS = {"name": STR, "fingerprint": STR, "tokenizer": STR,
                 "tokenizer_fingerprint": STR, "vocab_size": INT, "val_tokens": INT}
 POINT_KINDS = {"mode": STR, "length": INT, "stride": INT, "first_token": INT, "tokens": INT,
                "applicable": BOOL, "reason": STR, "loss": NUM, "ppl": NUM,
                "bits_per_token": NUM, "bits_per_byte": NUM, "seconds": NUM,
-               "ppl_low": NUM, "ppl_high": NUM, "block_loss": LIST, "block_tokens": LIST}
+               "ppl_low": NUM, "ppl_high": NUM, "block_loss": LIST, "block_tokens": LIST,
+               "rope_scaling": OBJ}
+SCALING_KINDS = {"method": STR, "factor": NUM, "beta_fast": NUM, "beta_slow": NUM,
+                 "low_freq_factor": NUM, "high_freq_factor": NUM}
 POSITION_KINDS = {"mode": STR, "length": INT, "first_token": INT, "tokens": INT,
                   "position": LIST, "position_end": LIST, "loss": LIST, "loss_se": LIST}
 # identity keys the report reads (labels, table columns), beyond being compared
@@ -451,16 +496,37 @@ class RunResult:
     def seed(self) -> int | None:
         return self.identity.get("seed", self.info.get("seed"))
 
-    def regions(self, mode: str) -> list[Region]:
-        """The scored regions this run holds points of ``mode`` on."""
-        return sorted({(p["first_token"], p["tokens"]) for p in self.curve if p["mode"] == mode})
+    @property
+    def fine_tune(self) -> tuple[int, Scaling] | None:
+        """A fine-tune's (root training length, its training-time RoPE scaling); None for a
+        run trained from scratch."""
+        if self.identity.get("parent.identity") is None:
+            return None
+        method = self.identity.get("encoding.scaling.method")
+        params = {k.rsplit(".", 1)[1]: v for k, v in self.identity.items()
+                  if k.startswith("encoding.scaling.")}
+        return (self.identity.get("parent.original_len"),
+                scaling_key(scaling_record(method, params["factor"], params))
+                if method else None)
 
-    def points(self, mode: str, region: Region) -> dict[int, dict]:
-        """length -> the point of ``mode`` scored on ``region``; with several sliding strides at
-        one length, the smallest stride (the most context per token) stands for that length."""
+    def scalings(self, mode: str) -> list[Scaling]:
+        """The RoPE scalings this run holds points of ``mode`` with, as trained first."""
+        return sorted({point_scaling(p) for p in self.curve if p["mode"] == mode},
+                      key=scaling_order)
+
+    def regions(self, mode: str, scaling: Scaling = None) -> list[Region]:
+        """The scored regions this run holds points of ``mode`` (and ``scaling``) on."""
+        return sorted({(p["first_token"], p["tokens"]) for p in self.curve
+                       if p["mode"] == mode and point_scaling(p) == scaling})
+
+    def points(self, mode: str, region: Region, scaling: Scaling = None) -> dict[int, dict]:
+        """length -> the point of ``mode`` scored on ``region`` (as trained, or with RoPE
+        ``scaling``); with several sliding strides at one length, the smallest stride (the
+        most context per token) stands for that length."""
         out: dict[int, dict] = {}
         ours = (p for p in self.curve
-                if p["mode"] == mode and (p["first_token"], p["tokens"]) == region)
+                if p["mode"] == mode and (p["first_token"], p["tokens"]) == region
+                and point_scaling(p) == scaling)
         for p in sorted(ours, key=lambda p: -p["stride"]):
             out[p["length"]] = p
         return out
@@ -530,6 +596,9 @@ def read_curve(file: Path) -> tuple[list[dict], list[dict]]:
         if p["mode"] not in MODES:  # it names the report's figure files
             raise PosexpError(f"{file} is damaged: curve point {i}: 'mode' is {p['mode']!r:.40}, "
                               f"not {' or '.join(MODES)}")
+        if p.get("rope_scaling") is not None:
+            _check_fields(file, f"curve point {i}: rope_scaling: ", p["rope_scaling"],
+                          SCALING_KINDS, ("method", "factor"))
         if p["applicable"]:
             _check_fields(file, f"curve point {i}: ", p, {}, ("loss", "ppl"))
             _check_blocks(file, f"curve point {i}: ", p)

@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 from posexp import config as C
 from posexp.data import Corpus
 from posexp.distributed import World, mean
+from posexp.encodings.rope_scaling import RopeScaling
 from posexp.errors import PosexpError, Stopped, UsageError
 from posexp.evaluate import autocast, score_windows
 from posexp.model import GPT, GPTConfig
@@ -76,9 +77,10 @@ def allow_tf32(device: torch.device) -> None:
 
 
 def build_model(cfg: DictConfig, vocab_size: int) -> GPT:
-    """The model of a resolved config (config.resolve)."""
+    """The model of a resolved config (config.resolve), RoPE scaled as a fine-tune with
+    encoding.scaling trains and scores it."""
     m = cfg.model
-    return GPT(
+    model = GPT(
         GPTConfig(
             vocab_size=vocab_size,
             d_model=m.d_model,
@@ -93,6 +95,10 @@ def build_model(cfg: DictConfig, vocab_size: int) -> GPT:
             attention=C.Attention(cfg.attention).value,
         )
     )
+    scaling = C.train_scaling(cfg)
+    if scaling is not None:
+        model.set_rope_scaling(RopeScaling(**scaling), C.original_len(cfg))
+    return model
 
 
 def lr_at(step: int, total: int, warmup: int, lr: float, min_ratio: float) -> float:
@@ -303,8 +309,13 @@ def fit(model: GPT, corpus: Corpus, cfg: DictConfig, run: Run | None, sink: Sink
 
 def weights_hash(model: GPT) -> str:
     """SHA-256 over every tensor of the state dict, in order: equal hashes, equal weights."""
+    return state_hash(model.state_dict())
+
+
+def state_hash(state: dict[str, torch.Tensor]) -> str:
+    """weights_hash of a state dict (a checkpoint's "model")."""
     digest = hashlib.sha256()
-    for name, tensor in model.state_dict().items():
+    for name, tensor in state.items():
         digest.update(name.encode())
         digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()

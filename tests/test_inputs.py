@@ -455,7 +455,7 @@ def test_cfg_job_shows_the_values_that_will_run(run_cli):
 def test_help_pages(run_cli):
     pages = {}
     for args in (["-h"], ["--help"], ["eval", "-h"], ["sweep", "--help"], ["report", "-h"],
-                 ["reproduce", "--help"], ["resume", "-h"], ["train", "-h"],
+                 ["reproduce", "--help"], ["resume", "-h"], ["finetune", "-h"], ["train", "-h"],
                  ["train", "--help", "encoding=alibi"]):
         code, out, err = run_cli(*args)
         assert code == 0 and not err, (args, err)
@@ -464,7 +464,7 @@ def test_help_pages(run_cli):
         assert all(len(line) <= 100 for line in out.splitlines()), args
         assert "Examples:" in out, args
     assert pages["-h"] == pages["--help"]
-    for command in ("train", "eval", "sweep", "report", "reproduce", "resume"):
+    for command in ("train", "eval", "sweep", "report", "reproduce", "resume", "finetune"):
         assert command in pages["-h"]
     assert "Usage: posexp eval [OPTIONS] RUN_DIR" in pages["eval -h"]
     train = pages["train -h"]

@@ -5,9 +5,11 @@ use -- Student-t over seeds, or the paired bootstrap over blocks for one seed --
 from known numbers.
 """
 
+import dataclasses
 import functools
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +31,7 @@ from posexp.reproduce import (
     verdicts,
 )
 from posexp.runs import load_runs
+from tests.conftest import read_json
 
 C.register()
 
@@ -296,3 +299,102 @@ def test_a_preset_without_seeds_runs_seed_0(tmp_path):
     assert preset_seeds(preset, "p") == [0]
     assert preset_seeds(OmegaConf.merge(preset, {"seeds": [2, 1]}), "p") == [2, 1]
 
+
+
+# --- RoPE context extension (claims: rope-scaling) -----------------------------------------
+ROPE_PRESET = OmegaConf.create({"claims": "rope-scaling", "train_seq_len": 16, "thresholds": {
+    "factor": 4, "pi_cost": 1.05, "finetune_gap": 0.05}})
+PARAMS = dataclasses.asdict(C.ScalingParams())
+
+
+def rope_runs(root: Path, tuned_pi: float = 5.1, tunes: bool = True) -> list:
+    """A RoPE run at L=16 scored as trained and with NTK-aware, YaRN and PI at factor 4, and
+    (``tunes``) its fine-tunes at 4L with PI and YaRN, of chosen perplexities at L and 4L."""
+    points = curve({16: 5.0, 64: 9.0})
+    for method, ppl in (("ntk", {16: 5.1, 64: 6.0}), ("yarn", {16: 5.05, 64: 5.5}),
+                        ("linear", {16: 6.5, 64: 5.8})):
+        record = C.scaling_record(method, 4, PARAMS)
+        points += [{**p, "rope_scaling": record} for p in curve(ppl)]
+    make_run(root, "rope", 16, 0, points)
+    for method, ppl in (("linear", {16: 5.4, 64: tuned_pi}), ("yarn", {16: 5.3, 64: 4.9})):
+        if not tunes:
+            break
+        cfg = OmegaConf.create(config_text(("encoding=rope", "train.seq_len=64", *SMALL)))
+        cfg.encoding.scaling.method, cfg.encoding.scaling.factor = method, 4.0
+        cfg.parent = {"run": str(root / "rope-L16-s0"), "identity": "i", "config": "c",
+                      "weights_sha256": "w", "original_len": 16}
+        write_run(root / f"rope-L16-s0-ft-L64-{method}4", OmegaConf.to_yaml(cfg), curve(ppl))
+    return load_runs(root)[0]
+
+
+def test_rope_scaling_claims_on_known_perplexities(tmp_path):
+    v = by_number(verdicts(rope_runs(tmp_path), ROPE_PRESET, 512))
+    assert {n: v[n].verdict for n in v} == {1: HOLDS, 2: HOLDS, 3: HOLDS, 4: HOLDS}
+    assert v[1].measured == ("NTK-aware x4 / plain, ppl(4L) = 0.667 [0.667, 0.667]; "
+                             "YaRN x4 / plain, ppl(4L) = 0.611 [0.611, 0.611]")
+    assert v[2].measured == "PI x4 / plain, ppl(L) = 1.300 [1.300, 1.300]"
+    assert v[3].measured == ("fine-tuned PI ppl(4L) / parent ppl(L) = 1.020 [1.020, 1.020]; "
+                             "fine-tuned YaRN ppl(4L) / parent ppl(L) = 0.980 [0.980, 0.980]")
+    assert v[4].measured == "fine-tuned YaRN / PI, ppl(4L) = 0.961 [0.961, 0.961]"
+    assert v[1].source.startswith("bloc97") and v[3].source.startswith("Chen et al.")
+    assert v[3].threshold.startswith("fine-tuned PI ppl(4L) / parent ppl(L) <= 1.05; ")
+    # a fine-tune that leaves 4L 20% above the parent's L
+    v = by_number(verdicts(rope_runs(tmp_path / "worse", tuned_pi=6.0), ROPE_PRESET, 512))
+    assert (v[3].verdict, v[4].verdict) == (FAILS, HOLDS)
+    # without fine-tunes, their claims are not measured, naming what is missing
+    v = by_number(verdicts(rope_runs(tmp_path / "none", tunes=False), ROPE_PRESET, 512))
+    assert (v[1].verdict, v[2].verdict, v[3].verdict, v[4].verdict) == (
+        HOLDS, HOLDS, UNMEASURED, UNMEASURED)
+    assert v[3].measured == ("not measured: no completed run of rope L=16 \u2192 ft L=64 PI "
+                             "\u00d74 with nonoverlapping points")
+
+
+@pytest.mark.slow
+def test_rope_scaling_suite_trains_scores_and_fine_tunes(posexp_here, tmp_path):
+    preset = tmp_path / "tiny-rope.yaml"
+    preset.write_text(json.dumps({
+        "claims": "rope-scaling", "experiment": "claims", "train_seq_len": 16, "seeds": [0],
+        "sliding": False,
+        "overrides": ["train.seq_len=16", *SMALL, "train.tokens=4096", "train.batch_tokens=128",
+                      "eval.tokens=256", "eval.lengths=[16,64]", "device=cpu"],
+        "runs": [["encoding=rope", "eval.rope_scaling=linear,ntk,yarn",
+                  "eval.rope_scaling.factor=4"]],
+        "finetunes": [{"parent": ["encoding=rope"], "overrides": [
+            "train.seq_len=64", "train.tokens=2048", f"encoding.scaling={method}",
+            "encoding.scaling.factor=4"]} for method in ("linear", "yarn")],
+        "thresholds": {"factor": 4, "pi_cost": 1.05, "finetune_gap": 0.05}}))
+    r = posexp_here("reproduce", "--preset", str(preset), "--results-dir", "out")
+    assert r.returncode == 0, r.stderr
+    root = tmp_path / "out" / "claims"
+    assert sorted(p.name for p in root.iterdir() if p.name.startswith("rope")) == [
+        "rope-L16-s0", "rope-L16-s0-ft-L64-linear4", "rope-L16-s0-ft-L64-yarn4"]
+    assert read_json(root / "rope-L16-s0-ft-L64-yarn4" / "run.json")["parent"] == \
+        str((root / "rope-L16-s0").resolve())
+    v = read_json(root / "report" / "verdicts.json")
+    assert len(v["verdicts"]) == 4 and v["thresholds"]["factor"] == 4
+    assert all(x["verdict"] in (HOLDS, FAILS, INCONCLUSIVE) for x in v["verdicts"])
+    md = (root / "report" / "verdicts.md").read_text()
+    assert "## Claims about RoPE context extension" in md and "A property" not in md
+    summary = (root / "report" / "summary.md").read_text()
+    # the fine-tunes beside their parent, each scaling its own row
+    rows = [line.split(" | ")[:4] for line in summary.split("## ")[1].splitlines()
+            if line.startswith("| rope")]
+    assert rows == [["| rope", "16", "-", "-"],
+                    *(["| rope", "16", "-", f"{name} \u00d74"]
+                      for name in ("PI", "NTK-aware", "YaRN")),
+                    *(["| rope", "64", f"from L=16, {name} \u00d74", "-"]
+                      for name in ("PI", "YaRN"))]
+    # only nonoverlapping windows: the preset's claims read no others
+    assert not (root / "report" / "extrapolation_sliding.png").exists()
+
+
+@pytest.mark.parametrize("fields,message", [
+    ({"claims": "ropes"}, "claims must be one of press, rope-scaling, got 'ropes'"),
+    ({"finetunes": [{"parent": ["encoding=rope"], "overrides": ["encoding.scaling=yarn"]}]},
+     "the parent of fine-tune ['encoding.scaling=yarn'] (['encoding=rope']) is not one of its "
+     "runs"),
+])
+def test_rope_preset_mistakes_are_usage_errors(tmp_path, fields, message):
+    preset = write_preset(tmp_path / "bad.yaml", runs=[["encoding=alibi"]], **fields)
+    with pytest.raises(UsageError, match=re.escape(message)):
+        reproduce(str(preset), tmp_path / "out", Path(CONFIG_DIR), compose)

@@ -17,8 +17,8 @@ STATIC = ["linear", "ntk", "yarn", "llama3"]  # frequencies independent of the w
 
 # --- against transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS ------------------------
 def _transformers(method: str, d: int, base: float, factor: float, L: int, T: int | None):
-    """transformers' (inv_freq, attention_factor) for a LLaMA config with these numbers."""
-    pytest.importorskip("transformers")
+    """transformers' (inv_freq, attention_factor) for a LLaMA config with these numbers
+    (transformers is in the dev extra: without it these tests fail, never skip)."""
     from transformers import LlamaConfig
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
