@@ -50,7 +50,6 @@ from posexp.runs import (
 from posexp.runs import load_runs as load_runs  # cli.py imports it from here
 from posexp.stats import LEVEL, Interval, ratio_interval, t_interval
 
-ENCODING_ORDER = ["nope", "learned", "sinusoidal", "rope", "alibi"]
 CSV_COLUMNS = ["experiment", "run", "series", "encoding", "train_seq_len", "seed", "n_params",
                "d_model", "n_layer", "n_head", "corpus", "corpus_fingerprint", "tokenizer",
                "tokenizer_fingerprint", "steps", "tokens_trained", "parent", "mode",
@@ -67,12 +66,11 @@ PARENT = "parent.config"  # a fine-tune's parent config: in its identity, and on
 # rest of the label leaves alike, so runs at two lengths are not labelled "batch_size=32".
 DERIVED = ("model.d_ff", "encoding.max_positions", "train.batch_size")
 
-# Okabe & Ito's colour-blind-safe palette: each encoding has its own colour in every figure
-# of every report; encodings beyond these take the spare ones in report order, yellow (faint
-# on white) last, and past the palette a colour repeats with other line styles.
-ENCODING_COLOURS = {"nope": "#000000", "learned": "#E69F00", "sinusoidal": "#009E73",
-                    "rope": "#0072B2", "alibi": "#D55E00"}
-SPARE_COLOURS = ["#CC79A7", "#56B4E9", "#F0E442"]
+# Each registered encoding has its own colour (EncodingSpec.colour, colour-blind-safe) in every
+# figure of every report; an encoding the registry does not know (a run from elsewhere) takes
+# a spare one in report order, and past them a colour repeats with other line styles.
+SPARE_COLOURS = ["#F0E442", "#117733", "#AA4499"]
+UNKNOWN_COLOUR = "#000000"
 # (line style, marker) of the k-th series of one colour: the first 32 pairs all differ
 LINESTYLES = ["-", "--", ":", "-."]
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
@@ -122,7 +120,7 @@ class Series:
     scored: str | None = None  # label: the region, when the report holds more than one
     scalings: bool = False  # whether the report holds RoPE-scaled points or fine-tunes
     strides: list[str | None] = field(default_factory=lambda: [None])  # sliding: settings
-    colour: str = ENCODING_COLOURS["nope"]
+    colour: str = UNKNOWN_COLOUR
     styles: dict[str | None, tuple[str, str]] = field(default_factory=dict)  # per stride
 
     @property
@@ -236,15 +234,26 @@ def region_text(region: Region) -> str:
 
 def encoding_colours(encodings: list[str]) -> dict[str, str]:
     """The colour of each of ``encodings`` (in report order): its own, or the next spare."""
-    spare = SPARE_COLOURS + list(ENCODING_COLOURS.values())
-    others = [e for e in encodings if e not in ENCODING_COLOURS]
-    return {e: ENCODING_COLOURS.get(e) or spare[others.index(e) % len(spare)]
-            for e in encodings}
+    from posexp.encodings import ENCODINGS  # the registry (imports torch: not at start-up)
+
+    own = {e: ENCODINGS[e].colour for e in encodings if e in ENCODINGS}
+    spare = SPARE_COLOURS + [spec.colour for spec in ENCODINGS.values()]
+    others = [e for e in encodings if e not in own]
+    return {e: own.get(e) or spare[others.index(e) % len(spare)] for e in encodings}
+
+
+def encoding_rank(encoding: str) -> int:
+    """Where an encoding's series stand in figures and tables: the registry's order, and
+    encodings it does not know after every one it does."""
+    from posexp.encodings import ENCODINGS
+
+    spec = ENCODINGS.get(encoding)
+    return spec.order if spec else len(ENCODINGS)
 
 
 def build_series(runs: list[RunResult]) -> tuple[list[Series], list[list[RunResult]]]:
     """Every series of ``runs`` (completed runs), labelled and styled, in report order:
-    encoding (ENCODING_ORDER), training length, the other label values, region, mode.  Also
+    encoding (the registry's order), training length, the other label values, region, mode.  Also
     the groups of runs of one identity and one seed: only the first of each counts."""
     by_seed: dict[tuple, dict[object, list[RunResult]]] = defaultdict(dict)
     for r in sorted(runs, key=lambda r: str(r.path)):
@@ -276,7 +285,7 @@ def build_series(runs: list[RunResult]) -> tuple[list[Series], list[list[RunResu
     def order(s: Series) -> tuple:
         # a fine-tune right after the run it continues, a scaling after the run as trained
         enc = s.encoding
-        rank = ENCODING_ORDER.index(enc) if enc in ENCODING_ORDER else len(ENCODING_ORDER)
+        rank = encoding_rank(enc)
         ident = identities[s.config]
         tuned = s.fine_tune
         return (rank, enc, s.root_len, tuned is not None, s.train_len,

@@ -12,6 +12,7 @@ from omegaconf import open_dict
 from posexp import config as C
 from posexp.cli import CONFIG_DIR, compose_overrides
 from posexp.encodings import ENCODINGS, ModelShape, build_encoding, encoding_config, in_order
+from posexp.encodings.registry import register
 from posexp.errors import UsageError
 from posexp.model import GPT, GPTConfig
 from tests.conftest import TINY
@@ -38,6 +39,7 @@ def test_registry_metadata():
                           "kerple_power", "fire", "xpos"]
     specs = ENCODINGS.values()
     assert len({s.label for s in specs}) == len({s.order for s in specs}) == len(ENCODINGS)
+    assert len({s.colour.lower() for s in specs}) == len(ENCODINGS)
     assert all(s.citation for s in specs)
     assert [s.name for s in specs if not s.reads_positions] == ["nope"]
     assert [s.name for s in specs if not s.extrapolates] == ["learned"]
@@ -129,3 +131,13 @@ def test_config_check_builds_nothing_real():
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     checked("encoding=learned", "encoding.max_positions=16777216")
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 512 * 1024  # KiB
+
+
+def test_an_encoding_cannot_take_a_name_or_colour_already_taken():
+    rope = ENCODINGS["rope"]
+    with pytest.raises(ValueError, match="two encodings are called 'rope'"):
+        register(dataclasses.replace(rope, colour="#123456"))
+    with pytest.raises(ValueError, match="rope2 and rope have the same colour #0072b2"):
+        register(dataclasses.replace(rope, name="rope2", colour="#0072b2"))
+    assert "rope2" not in ENCODINGS
+

@@ -18,10 +18,10 @@ from omegaconf import OmegaConf
 from posexp import config as C
 from posexp import stats
 from posexp.cli import compose, compose_overrides
+from posexp.encodings import ENCODINGS, in_order
 from posexp.errors import PosexpError
 from posexp.report import (
     CSV_COLUMNS,
-    ENCODING_COLOURS,
     GREY,
     MARKERS,
     SPARE_COLOURS,
@@ -244,7 +244,7 @@ def test_modes_are_separate_series(tmp_path):
     series, _ = build_series(load_runs(tmp_path)[0])
     assert [(s.mode, ppl_at(s, 32)) for s in series] == [(NO, 5.0), ("sliding", 3.5)]
     # one config, one colour and style in every figure
-    assert series[0].colour == series[1].colour == ENCODING_COLOURS["rope"]
+    assert series[0].colour == series[1].colour == ENCODINGS["rope"].colour
     assert series[0].styles[None] == series[1].styles["L/2"] == STYLES[0]
 
 
@@ -336,9 +336,8 @@ def test_an_encoding_has_one_colour_in_every_figure_and_styles_tell_its_series_a
     assert set(looks) == {f"{enc} L={L}" for enc, L in ALL}
     assert all(len(look) == 1 for look in looks.values())  # the same in all three figures
     colour = {series: next(iter(look))[0] for series, look in looks.items()}
-    for enc in ENCODING_COLOURS:
-        assert colour[f"{enc} L=16"] == ENCODING_COLOURS[enc]
-    assert len(set(ENCODING_COLOURS.values())) == len(ENCODING_COLOURS)
+    for enc in {enc for enc, _ in ALL}:
+        assert colour[f"{enc} L=16"] == ENCODINGS[enc].colour
     assert colour["sinusoidal L=32"] == colour["sinusoidal L=16"]
     assert looks["sinusoidal L=32"] != looks["sinusoidal L=16"]
     # training-length lines are grey, not a series' colour
@@ -350,10 +349,15 @@ def test_an_encoding_has_one_colour_in_every_figure_and_styles_tell_its_series_a
 
 def test_series_beyond_the_palette_and_styles_stay_distinguishable():
     assert len(set(STYLES)) == len(STYLES) == 32
-    colours = encoding_colours(["rope", "t5", "kerple", "fire", "xpos"])
-    assert colours["rope"] == ENCODING_COLOURS["rope"]
-    assert [colours[e] for e in ("t5", "kerple", "fire")] == SPARE_COLOURS
-    assert colours["xpos"] in ENCODING_COLOURS.values()  # the palette repeats...
+    # every registered encoding its own colour; encodings the registry does not know (runs
+    # from elsewhere) the spare ones, then registered colours again
+    colours = encoding_colours(in_order())
+    assert len(set(colours.values())) == len(ENCODINGS) >= 10
+    assert not set(SPARE_COLOURS) & set(colours.values())
+    colours = encoding_colours(["rope", "cope", "pope", "mope", "hope"])
+    assert colours["rope"] == ENCODINGS["rope"].colour
+    assert [colours[e] for e in ("cope", "pope", "mope")] == SPARE_COLOURS
+    assert colours["hope"] in colours.values()  # the palette repeats...
 
 
 def test_series_of_one_colour_get_distinct_styles(tmp_path):

@@ -55,7 +55,7 @@ class ALiBiConfig:
 
 
 register(EncodingSpec(
-    name="alibi", label="ALiBi", order=4, module=ALiBi, config=ALiBiConfig,
+    name="alibi", label="ALiBi", order=4, colour="#D55E00", module=ALiBi, config=ALiBiConfig,
     citation="Press et al., ICLR 2022, 'Train Short, Test Long: Attention with Linear Biases "
              "Enables Input Length Extrapolation' (arXiv:2108.12409)",
 ))

@@ -69,6 +69,27 @@ class PositionalEncoding(nn.Module):
         """[n_head] slopes m_h of the score bias -m_h * (i - j) (ALiBi); or None."""
         return None
 
+    # --- randomized positions (Ruoss et al., ACL 2023): training reads, for each sequence,
+    # positions [batch, seq] (sorted, distinct) instead of 0..seq-1.  The tables of a length
+    # that covers them are read at those rows; a score bias is built from their differences.
+    def embedding_at(self, positions: torch.Tensor) -> torch.Tensor | None:
+        """[batch, seq, d_model] for these positions, or None."""
+        table = self.embedding(int(positions.max()) + 1, positions.device)
+        return None if table is None else table[positions]
+
+    def rotary_qk_at(self, positions: torch.Tensor) -> tuple[Rotation, Rotation] | None:
+        """rotary_qk at these positions: each of cos and sin [batch, 1, seq, d_head], so that
+        they broadcast over the heads of [batch, heads, seq, d_head]."""
+        qk = self.rotary_qk(int(positions.max()) + 1, positions.device)
+        if qk is None:
+            return None
+        return tuple((cos[positions][:, None], sin[positions][:, None]) for cos, sin in qk)
+
+    def position_bias(self, layer: int, positions: torch.Tensor) -> torch.Tensor:
+        """[batch, n_head, seq, seq] float32 score bias of layer ``layer`` between these
+        positions, -inf on keys after their query: SDPA's attn_mask."""
+        raise NotImplementedError(f"{type(self).__name__} has no score bias")
+
 
 class DistanceBias(PositionalEncoding):
     """A score bias b_h(i - j) of the distance alone, the same in every layer (ALiBi, T5,
@@ -90,6 +111,12 @@ class DistanceBias(PositionalEncoding):
                     - torch.arange(k_len, device=device))
         # distances clamped at 0 above the diagonal, so that no NaN (log or power of a
         # negative number) reaches the gradient through the mask
+        bias = self.distance_bias(h, distance.clamp(min=0)).float()
+        return bias.masked_fill(distance < 0, float("-inf"))
+
+    def position_bias(self, layer: int, positions: torch.Tensor) -> torch.Tensor:
+        h = torch.arange(self.n_head, device=positions.device)[None, :, None, None]
+        distance = (positions[:, :, None] - positions[:, None, :])[:, None]
         bias = self.distance_bias(h, distance.clamp(min=0)).float()
         return bias.masked_fill(distance < 0, float("-inf"))
 

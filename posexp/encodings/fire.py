@@ -61,10 +61,12 @@ class FireLayer(nn.Module):
         return distance / (torch.log((self.c * normaliser).abs() + 1) + EPS)
 
     def forward(self, i: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
-        """[n_head, len(i), len(j)] bias for query positions i [q, 1] and key positions j [k]."""
+        """[n_head, len(i), len(j)] bias for query positions i [q, 1] and key positions j [k];
+        [batch, n_head, q, k] for i [batch, q, 1] and j [batch, 1, k]."""
         # ReLU in place: the hidden layer is the largest tensor FIRE makes
         hidden = F.linear(self.normalized_distance(i, j)[..., None], self.w1, self.b1).relu_()
-        return F.linear(hidden, self.w2, self.b2).permute(2, 0, 1)
+        # heads before the (query, key) dimensions, also with a batch in front
+        return F.linear(hidden, self.w2, self.b2).movedim(-1, -3)
 
 
 class Fire(PositionalEncoding):
@@ -89,6 +91,11 @@ class Fire(PositionalEncoding):
         return chunks[0] if len(chunks) == 1 else torch.cat(chunks, dim=1)
 
 
+    def position_bias(self, layer: int, positions: torch.Tensor) -> torch.Tensor:
+        i, j = positions[:, :, None], positions[:, None, :]
+        return self.layers[layer](i, j).float().masked_fill((j > i)[:, None], float("-inf"))
+
+
 @dataclass(frozen=True)
 class FireConfig:
     hidden: int = 32  # width of the MLP's hidden layer
@@ -105,7 +112,7 @@ class FireConfig:
 
 
 register(EncodingSpec(
-    name="fire", label="FIRE", order=8, module=Fire, config=FireConfig,
+    name="fire", label="FIRE", order=8, colour="#999933", module=Fire, config=FireConfig,
     citation="Li et al., ICLR 2024, 'Functional Interpolation for Relative Positions Improves "
              "Long Context Transformers' (arXiv:2310.04418)",
 ))

@@ -19,7 +19,8 @@ class NoPEConfig:
 
 
 register(EncodingSpec(
-    name="nope", label="NoPE", order=0, module=NoPE, config=NoPEConfig, reads_positions=False,
+    name="nope", label="NoPE", order=0, colour="#000000",
+    module=NoPE, config=NoPEConfig, reads_positions=False,
     citation="Haviv et al., Findings of EMNLP 2022, 'Transformer Language Models without "
              "Positional Encodings Still Learn Positional Information' (arXiv:2203.16634)",
 ))

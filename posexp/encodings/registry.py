@@ -45,6 +45,7 @@ class EncodingSpec:
     label: str  # how plots and tables show it
     order: int  # its place in plots, tables and sweeps: the control first
     citation: str  # the paper (and code) whose math the module follows
+    colour: str  # its colour in every figure, distinct from every other encoding's
     module: type[PositionalEncoding]  # what it can do: its class attributes and methods
     config: type  # frozen dataclass of its hyperparameters, with build(shape) -> module
     reads_positions: bool = True  # False for the control, which has no position signal
@@ -57,6 +58,10 @@ ENCODINGS: dict[str, EncodingSpec] = {}
 def register(spec: EncodingSpec) -> EncodingSpec:
     if spec.name in ENCODINGS:
         raise ValueError(f"two encodings are called {spec.name!r}")
+    taken = {other.colour.lower(): other.name for other in ENCODINGS.values()}
+    if spec.colour.lower() in taken:
+        raise ValueError(f"{spec.name} and {taken[spec.colour.lower()]} have the same colour "
+                         f"{spec.colour}")
     ENCODINGS[spec.name] = spec
     return spec
 

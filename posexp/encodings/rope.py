@@ -95,7 +95,7 @@ class RopeConfig:
 
 
 register(EncodingSpec(
-    name="rope", label="RoPE", order=3, module=RotaryPositions, config=RopeConfig,
+    name="rope", label="RoPE", order=3, colour="#0072B2", module=RotaryPositions, config=RopeConfig,
     citation="Su et al., Neurocomputing 2024, 'RoFormer: Enhanced Transformer with Rotary "
              "Position Embedding' (arXiv:2104.09864)",
 ))

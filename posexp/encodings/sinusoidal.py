@@ -52,7 +52,7 @@ class SinusoidalConfig:
 
 
 register(EncodingSpec(
-    name="sinusoidal", label="sinusoidal", order=2, module=SinusoidalPositions,
+    name="sinusoidal", label="sinusoidal", order=2, colour="#009E73", module=SinusoidalPositions,
     config=SinusoidalConfig,
     citation="Vaswani et al., NeurIPS 2017, 'Attention Is All You Need', sec. 3.5",
 ))

@@ -89,7 +89,7 @@ class XPosConfig:
 
 
 register(EncodingSpec(
-    name="xpos", label="xPos", order=9, module=XPos, config=XPosConfig,
+    name="xpos", label="xPos", order=9, colour="#332288", module=XPos, config=XPosConfig,
     citation="Sun et al., ACL 2023, 'A Length-Extrapolatable Transformer' (arXiv:2212.10554); "
              "torchscale's XPOS",
 ))
