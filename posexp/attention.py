@@ -62,11 +62,17 @@ def causal_attention(
     layer: int = 0,
     dropout_p: float = 0.0,
     kernel: Attention | str = Attention.auto,
+    positions: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """q, k, v: [batch, heads, seq, d_head] -> [batch, heads, seq, d_head].  ``bias`` is the
-    encoding whose score bias (of layer ``layer``) to add, or None."""
+    encoding whose score bias (of layer ``layer``) to add, or None.  ``positions`` [batch,
+    seq]: randomized positions in training, whose bias (of their differences, one per
+    sequence) is built whole, at a training length, and applied by SDPA."""
     if bias is None:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)
+    if positions is not None:
+        mask = bias.position_bias(layer, positions).to(q.dtype)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
     chosen = bias_kernel(kernel, q, dropout_p, bias)
     if chosen == Attention.flash:
         return _flash_alibi(q, k, v, bias.attention_slopes(), dropout_p)

@@ -154,6 +154,10 @@ class TrainConfig:
     checkpoint_every: int = 500_000  # tokens; also on SIGINT/SIGTERM
     resume: bool = True  # continue a run of the same identity; false: move it aside, start afresh
     compile: bool | None = None  # torch.compile the training step; default: on CUDA only
+    # Randomized positions (Ruoss et al., ACL 2023): each training sequence reads a sorted
+    # random subset of the positions 0..M-1 (M >= seq_len) instead of 0..seq_len-1; null: off.
+    # Evaluation always reads ordinary positions.
+    random_positions: int | None = None
 
 
 @dataclass
@@ -273,6 +277,12 @@ def eval_scalings(cfg: DictConfig) -> list[dict | None]:
     return out
 
 
+def positions_trained(cfg: DictConfig) -> int:
+    """How many positions training reads: train.seq_len, or M with train.random_positions=M
+    (learned's table gets a row for each)."""
+    return cfg.train.get("random_positions") or cfg.train.seq_len
+
+
 def resolve(cfg: DictConfig) -> DictConfig:
     """The config with every derived value filled in -- the one place they are decided:
     eval.lengths (1-16 x seq_len), model.d_ff (4 x d_model), encoding.max_positions
@@ -281,7 +291,7 @@ def resolve(cfg: DictConfig) -> DictConfig:
     with open_dict(out):
         out.eval.lengths = eval_lengths(cfg)
         out.model.d_ff = cfg.model.d_ff or 4 * cfg.model.d_model
-        out.encoding.max_positions = cfg.encoding.max_positions or cfg.train.seq_len
+        out.encoding.max_positions = cfg.encoding.max_positions or positions_trained(cfg)
         if cfg.train.get("batch_tokens") is not None:  # absent in configs of older runs
             out.train.batch_size = cfg.train.batch_tokens // cfg.train.seq_len
             out.train.batch_tokens = None
@@ -298,6 +308,8 @@ NOT_IDENTITY = ("results_dir", "experiment", "run_name", "device", "attention", 
 # Nodes that are off unless their first key is set: then none of their keys is identity, so a
 # run without them has the identity it had before posexp knew them.
 OPTIONAL_NODES = (("encoding.scaling", "method"), ("parent", "identity"))
+# Keys that are off when null: then they are not identity either (as OPTIONAL_NODES).
+OPTIONAL_KEYS = ("train.random_positions",)
 # Identity keys that follow the seed: a fine-tune's parent is another run at each seed.
 SEED_KEYS = ("seed", "parent.identity", "parent.weights_sha256")
 
@@ -315,6 +327,7 @@ def identity(cfg: DictConfig) -> dict:
     for node, key in OPTIONAL_NODES:
         if flat.get(f"{node}.{key}") is None:
             flat = {k: v for k, v in flat.items() if not k.startswith(f"{node}.")}
+    flat = {k: v for k, v in flat.items() if not (k in OPTIONAL_KEYS and v is None)}
     return {k: v for k, v in flat.items() if in_identity(k)}
 
 
@@ -554,10 +567,16 @@ def check_encoding(cfg: DictConfig) -> None:
                          f"on {', '.join(kernels)} (attention=auto picks the fastest)")
     fine_tune = OmegaConf.select(cfg, "parent.identity", default=None) is not None
     table = "max_positions" in {f.name for f in dataclasses.fields(ENCODINGS[e.name].config)}
-    if table and e.max_positions is not None and e.max_positions < cfg.train.seq_len:
+    random = cfg.train.get("random_positions")
+    if random is not None and not ENCODINGS[e.name].reads_positions:
+        raise UsageError(f"train.random_positions has nothing to randomize: {e.name} reads no "
+                         "positions")
+    if table and e.max_positions is not None and e.max_positions < positions_trained(cfg):
         raise UsageError(
-            f"encoding.max_positions ({e.max_positions}) is less than train.seq_len "
-            f"({cfg.train.seq_len}): {e.name} has no position past its table"
+            f"encoding.max_positions ({e.max_positions}) is less than "
+            + (f"train.random_positions ({random})" if random else
+               f"train.seq_len ({cfg.train.seq_len})")
+            + f": {e.name} has no position past its table"
             + (", and a fine-tune keeps its parent's table (rows past it would start "
                "untrained)" if fine_tune else ""))
     check_train_scaling(cfg, fine_tune)
@@ -686,6 +705,12 @@ def check_train(t: DictConfig) -> None:
     _in_range("train.beta1", t.beta1, 0.0, 1.0, high_open=True)
     _in_range("train.beta2", t.beta2, 0.0, 1.0, high_open=True)
     _in_range("train.grad_clip", t.grad_clip, 0.0, 1e6, low_open=True)
+    if t.get("random_positions") is not None:
+        _positive("train.random_positions", t.random_positions, MAX_LENGTH)
+        if t.random_positions < t.seq_len:
+            raise UsageError(f"train.random_positions ({t.random_positions}) must be at least "
+                             f"train.seq_len ({t.seq_len}): each sequence reads seq_len "
+                             "distinct positions below it")
     if t.tokens < t.seq_len * batch:
         raise UsageError(
             f"train.tokens ({t.tokens}) is less than one batch "

@@ -48,13 +48,14 @@ class CausalSelfAttention(nn.Module):
         x: torch.Tensor,
         rotary: tuple[Rotation, Rotation] | None,
         bias: PositionalEncoding | None,
+        positions: torch.Tensor | None = None,
     ) -> torch.Tensor:
         b, t, d = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.n_head, d // self.n_head).permute(2, 0, 3, 1, 4)
         if rotary is not None:
             q, k = apply_rotary(q, *rotary[0]), apply_rotary(k, *rotary[1])
         y = causal_attention(q, k, v, bias, self.layer, self.dropout if self.training else 0.0,
-                             self.kernel)
+                             self.kernel, positions)
         return self.proj(y.transpose(1, 2).reshape(b, t, d))
 
 
@@ -71,8 +72,8 @@ class Block(nn.Module):
         )
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x, rotary, bias):
-        x = x + self.drop(self.attn(self.ln1(x), rotary, bias))
+    def forward(self, x, rotary, bias, positions=None):
+        x = x + self.drop(self.attn(self.ln1(x), rotary, bias, positions))
         return x + self.drop(self.mlp(self.ln2(x)))
 
 
@@ -125,26 +126,32 @@ class GPT(nn.Module):
     def n_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def hidden(self, idx: torch.Tensor) -> torch.Tensor:
-        """Final-norm hidden states [batch, seq, d_model] for token ids [batch, seq]."""
+    def hidden(self, idx: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """Final-norm hidden states [batch, seq, d_model] for token ids [batch, seq], at
+        positions 0..seq-1, or at ``positions`` [batch, seq] (randomized positions in
+        training: sorted and distinct in each row)."""
         seq_len = idx.shape[1]
         self.encoding.constrain()
         x = self.tok_emb(idx)
         if self.encoding.token_scale != 1.0:
             x = x * self.encoding.token_scale
-        pe = self.encoding.embedding(seq_len, idx.device)
+        pe = (self.encoding.embedding(seq_len, idx.device) if positions is None
+              else self.encoding.embedding_at(positions))
         if pe is not None:
             x = x + pe
         x = self.drop(x)
-        rotary = self.encoding.rotary_qk(seq_len, idx.device)
+        rotary = (self.encoding.rotary_qk(seq_len, idx.device) if positions is None
+                  else self.encoding.rotary_qk_at(positions))
         bias = self.encoding if self.encoding.bias_kernels else None
         for block in self.blocks:
-            x = block(x, rotary, bias)
+            x = block(x, rotary, bias, positions)
         return self.ln_f(x)
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Mean cross-entropy (nats per token) of targets given idx."""
-        logits = self.head(self.hidden(idx))
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor,
+                positions: torch.Tensor | None = None) -> torch.Tensor:
+        """Mean cross-entropy (nats per token) of targets given idx (at ``positions``, see
+        hidden)."""
+        logits = self.head(self.hidden(idx, positions))
         return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
 
     def token_losses(

@@ -136,6 +136,18 @@ def sample_batch(
     return torch.from_numpy(train[starts[:, None] + np.arange(seq_len + 1)].astype(np.int64))
 
 
+def random_positions(batch_size: int, seq_len: int, limit: int, seed: int,
+                     step: int) -> torch.Tensor:
+    """[batch_size, seq_len] positions for step ``step`` of a run trained with randomized
+    positions (Ruoss et al., ACL 2023): each row a sorted random subset of 0..limit-1.  They
+    come from a generator of their own, seeded by (seed, step): the batches are those of the
+    same run without them, a resumed run draws the same, and at limit = seq_len every row is
+    0..seq_len-1, so the run is the one without them, weight for weight."""
+    rng = np.random.default_rng([seed, step])
+    chosen = rng.random((batch_size, limit)).argsort(axis=1)[:, :seq_len]
+    return torch.from_numpy(np.sort(chosen, axis=1))
+
+
 def val_loss(model: GPT, corpus: Corpus, cfg: DictConfig, device: torch.device) -> float:
     """Validation loss at the training length on the first train.val_tokens tokens, in eval
     mode (no dropout; it draws no random numbers, so it leaves the training run unchanged)."""
@@ -261,8 +273,12 @@ def fit(model: GPT, corpus: Corpus, cfg: DictConfig, run: Run | None, sink: Sink
             if device.type == "cuda":  # a copy from pageable memory would wait for the GPU
                 batch = batch.pin_memory()
             batch = batch.to(device, non_blocking=True)
+            positions = None
+            if t.get("random_positions") is not None:
+                positions = random_positions(t.batch_size, t.seq_len, t.random_positions,
+                                             cfg.seed, step)[rows].to(device)
             with autocast(device):
-                loss = step_model(batch[:, :-1], batch[:, 1:])
+                loss = step_model(batch[:, :-1], batch[:, 1:], positions)
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
             opt.step()
