@@ -413,6 +413,7 @@ def check_keys(cfg: DictConfig, node: str = "") -> None:
 MAX_SEED = 2**63 - 1
 MAX_TOKENS = 2**50  # train.tokens and the other budgets in tokens
 MAX_LENGTH = 2**30  # train.seq_len, each of eval.lengths, eval.stride
+MAX_RANDOM_POSITIONS = 2**16  # train.random_positions: its tables are built for M positions
 MAX_EVAL_TOKENS = 2**40
 MAX_BATCH_TOKENS = 2**26  # tokens in one training or evaluation batch
 MAX_BUCKETS = 64  # eval.per_position_buckets, per doubling of position
@@ -706,7 +707,7 @@ def check_train(t: DictConfig) -> None:
     _in_range("train.beta2", t.beta2, 0.0, 1.0, high_open=True)
     _in_range("train.grad_clip", t.grad_clip, 0.0, 1e6, low_open=True)
     if t.get("random_positions") is not None:
-        _positive("train.random_positions", t.random_positions, MAX_LENGTH)
+        _positive("train.random_positions", t.random_positions, MAX_RANDOM_POSITIONS)
         if t.random_positions < t.seq_len:
             raise UsageError(f"train.random_positions ({t.random_positions}) must be at least "
                              f"train.seq_len ({t.seq_len}): each sequence reads seq_len "

@@ -144,8 +144,9 @@ def random_positions(batch_size: int, seq_len: int, limit: int, seed: int,
     same run without them, a resumed run draws the same, and at limit = seq_len every row is
     0..seq_len-1, so the run is the one without them, weight for weight."""
     rng = np.random.default_rng([seed, step])
-    chosen = rng.random((batch_size, limit)).argsort(axis=1)[:, :seq_len]
-    return torch.from_numpy(np.sort(chosen, axis=1))
+    # choice without replacement stays small for any limit (no array of ``limit`` entries)
+    rows = [np.sort(rng.choice(limit, seq_len, replace=False)) for _ in range(batch_size)]
+    return torch.from_numpy(np.stack(rows).astype(np.int64))
 
 
 def val_loss(model: GPT, corpus: Corpus, cfg: DictConfig, device: torch.device) -> float:

@@ -29,6 +29,9 @@ def test_positions_are_sorted_distinct_below_the_limit_and_drawn_again_alike():
     # every position below the limit is drawn about equally often
     counts = np.bincount(random_positions(4096, 16, 40, 0, 0).flatten().numpy(), minlength=40)
     assert counts.min() > 0.85 * counts.mean() and counts.max() < 1.15 * counts.mean()
+    # a limit far past anything in memory is drawn as quickly
+    huge = random_positions(4, 512, 2**30, seed=0, step=0)
+    assert (huge[:, 1:] > huge[:, :-1]).all() and huge.max() < 2**30 and huge.max() > 2**29
     # at limit = seq_len every row is 0..seq_len-1
     assert torch.equal(random_positions(8, 16, 16, 0, 0), torch.arange(16).expand(8, 16))
 
@@ -93,6 +96,7 @@ def test_config_checks_and_identity():
         (["train.random_positions=8"], "train.random_positions (8) must be at least "
                                        "train.seq_len (16)"),
         (["train.random_positions=0"], "train.random_positions"),
+        (["train.random_positions=65537"], "train.random_positions"),
         (["encoding=nope", "train.random_positions=64"], "nothing to randomize"),
         (["encoding=learned", "encoding.max_positions=32", "train.random_positions=64"],
          "encoding.max_positions (32) is less than train.random_positions (64)"),
