@@ -314,6 +314,10 @@ def check_overrides(overrides: list[str], command: str = "train") -> None:
                                      "processes posexp starts load other code")
         if not key:
             raise UsageError(f"{arg!r} has no key before '='")
+        if parts[:2] == ["encoding", "module"]:
+            raise UsageError(f"{key} names Python code to import: set it in a config file "
+                             "under --config-dir (README: adding an encoding), not on the "
+                             "command line")
         if parts[0] == "parent":
             raise UsageError(f"{key} is set by posexp finetune, from the run it continues: "
                              "posexp finetune PARENT_RUN [OVERRIDES]")

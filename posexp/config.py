@@ -17,6 +17,7 @@ import math
 import os
 import re
 import stat
+import sys
 import typing
 from dataclasses import dataclass, field
 from enum import Enum
@@ -110,6 +111,10 @@ class EncodingConfig:
     # paper's defaults; configs/encoding/<name>.yaml lists them); checked by check_encoding
     hparams: dict[str, typing.Any] = field(default_factory=dict)
     scaling: TrainScalingConfig = field(default_factory=TrainScalingConfig)
+    # An encoding of your own: the dotted path of a Python module (importable from the working
+    # directory) that registers encoding.name (README: adding an encoding).  Only a config
+    # file may name it, never the command line.
+    module: str | None = None
 
 
 @dataclass
@@ -309,7 +314,7 @@ NOT_IDENTITY = ("results_dir", "experiment", "run_name", "device", "attention", 
 # run without them has the identity it had before posexp knew them.
 OPTIONAL_NODES = (("encoding.scaling", "method"), ("parent", "identity"))
 # Keys that are off when null: then they are not identity either (as OPTIONAL_NODES).
-OPTIONAL_KEYS = ("train.random_positions",)
+OPTIONAL_KEYS = ("train.random_positions", "encoding.module")
 # Identity keys that follow the seed: a fine-tune's parent is another run at each seed.
 SEED_KEYS = ("seed", "parent.identity", "parent.weights_sha256")
 
@@ -544,16 +549,45 @@ def check_device(device: str, cuda_count: int, mps: bool) -> None:
                          "use device=auto or device=cpu")
 
 
+MODULE_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
+def import_encoding(module: str, name: str) -> None:
+    """Import ``module`` (encoding.module, from a config file), which registers encoding
+    ``name``, from the working directory or the installed packages."""
+    from posexp.encodings import ENCODINGS
+
+    if not isinstance(module, str) or not MODULE_PATH.fullmatch(module):
+        raise UsageError(f"encoding.module must be a dotted Python module path such as "
+                         f"my_encodings.cope, got {module!r}")
+    if os.getcwd() not in sys.path:  # as python -m does: a module beside your configs
+        sys.path.insert(0, os.getcwd())
+    try:
+        importlib.import_module(module)
+    except Exception as error:  # the module's own code failed: say where, in one line
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise UsageError(f"encoding.module {module}: {type(error).__name__}"
+                         + (f": {first}" if first else "")) from None
+    if name not in ENCODINGS:
+        raise UsageError(f"encoding.module {module} registers no encoding {name!r} (it must "
+                         "call posexp.encodings.registry.register with that name)")
+    if ENCODINGS[name].module.__module__.startswith("posexp."):
+        raise UsageError(f"{name} is posexp's own encoding: encoding.module adds encodings, "
+                         f"it does not replace one (give yours another name)")
+
+
 def check_encoding(cfg: DictConfig) -> None:
     """The encoding is one posexp has, its hyperparameters are its own and in range, and an
     attention kernel asked for can apply its score bias."""
     from posexp.encodings import ENCODINGS, encoding_config  # the registry
 
     e = cfg.encoding
+    if e.get("module") is not None:
+        import_encoding(e.module, e.name)
     if e.name not in ENCODINGS:
         raise UsageError(f"encoding.name {e.name!r} is not an encoding posexp has; known: "
-                         f"{', '.join(sorted(ENCODINGS))} (a config file under --config-dir "
-                         "can vary their settings, not add new math)")
+                         f"{', '.join(sorted(ENCODINGS))} (to add one, a config file under "
+                         "--config-dir names its module in encoding.module)")
     if e.max_positions is not None:
         _positive("encoding.max_positions", e.max_positions, MAX_LENGTH)
     _in_range("encoding.base", e.base, 1.0, 1e12, low_open=True)

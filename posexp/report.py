@@ -199,8 +199,9 @@ def _text(value: object) -> str:
 
 def label_keys(identities: list[dict]) -> list[str]:
     """The identity keys, besides encoding, training length and seed, that a label names:
-    every key whose value differs between these identities (a derived key only when the
-    others leave two identities alike that it tells apart).  Fine-tunes and runs trained
+    every key whose value differs between these identities (an encoding's own settings
+    between runs of that encoding; a derived key only when the others leave two identities
+    alike that it tells apart).  Fine-tunes and runs trained
     from scratch are compared among themselves: a fine-tune's budget, learning rate, parent
     and scaling are in its label's name (curve_name), not in keys."""
     keys = sorted(k for k in set().union(*identities) - {ENCODING, TRAIN_LEN, SEED}
@@ -208,7 +209,12 @@ def label_keys(identities: list[dict]) -> list[str]:
     groups = [[i for i in identities if (PARENT in i) == tuned] for tuned in (False, True)]
 
     def differs(key: str) -> bool:
-        return any(len({repr(i.get(key)) for i in group}) > 1 for group in groups)
+        # an encoding's own settings (hparams, base, module) differ between encodings by
+        # nature: they are compared among the runs of one encoding
+        members = ([[i for i in group if i.get(ENCODING) == e]
+                    for group in groups for e in {i.get(ENCODING) for i in group}]
+                   if key.startswith("encoding.") else groups)
+        return any(len({repr(i.get(key)) for i in m}) > 1 for m in members)
 
     chosen = [k for k in keys if differs(k) and k not in DERIVED]
     for key in (k for k in keys if k in DERIVED and differs(k)):

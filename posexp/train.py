@@ -80,6 +80,8 @@ def build_model(cfg: DictConfig, vocab_size: int) -> GPT:
     """The model of a resolved config (config.resolve), RoPE scaled as a fine-tune with
     encoding.scaling trains and scores it."""
     m = cfg.model
+    if cfg.encoding.get("module") is not None:  # an encoding from outside posexp's source
+        C.import_encoding(cfg.encoding.module, cfg.encoding.name)
     model = GPT(
         GPTConfig(
             vocab_size=vocab_size,
