@@ -71,6 +71,8 @@ DERIVED = ("model.d_ff", "encoding.max_positions", "train.batch_size")
 # a spare one in report order, and past them a colour repeats with other line styles.
 SPARE_COLOURS = ["#F0E442", "#117733", "#AA4499"]
 UNKNOWN_COLOUR = "#000000"
+# A report of one encoding with RoPE scalings colours each method (Okabe & Ito again).
+METHOD_COLOURS = ["#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#000000"]
 # (line style, marker) of the k-th series of one colour: the first 32 pairs all differ
 LINESTYLES = ["-", "--", ":", "-."]
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
@@ -303,6 +305,18 @@ def build_series(runs: list[RunResult]) -> tuple[list[Series], list[list[RunResu
     # the same in every figure (a series' first stride setting takes it, further ones the
     # next free styles)
     colours = encoding_colours(list(dict.fromkeys(s.encoding for s in series)))
+    # one encoding scored with RoPE scalings (or fine-tuned with them): a colour per method
+    # instead, the encoding's own for the run as trained
+    if scalings and len(colours) == 1:
+        [own] = colours.values()
+        spare = [c for c in METHOD_COLOURS if c != own]
+        methods = [method_of(s) for s in series]
+        order = sorted({m for m in methods if m is not None},
+                       key=lambda m: scaling_order((("method", m), ("factor", 1.0))))
+        by_method = {None: own, **{m: spare[i % len(spare)] for i, m in enumerate(order)}}
+        chosen = [by_method[m] for m in methods]
+    else:
+        chosen = [colours[s.encoding] for s in series]
     taken: Counter = Counter()
     styles: dict[tuple, tuple[str, str]] = {}
 
@@ -312,13 +326,20 @@ def build_series(runs: list[RunResult]) -> tuple[list[Series], list[list[RunResu
             taken[colour] += 1
         return styles[key]
 
-    for s in series:
-        s.colour = colours[s.encoding]
+    for s, colour in zip(series, chosen, strict=True):
+        s.colour = colour
         s.styles = {s.strides[0]: style((s.config, s.scaling, s.region), s.colour)}
     for s in series:
         s.styles.update({stride: style((s.config, s.scaling, s.region, stride), s.colour)
                          for stride in s.strides[1:]})
     return series, list(duplicates.values())
+
+
+def method_of(s: Series) -> str | None:
+    """The RoPE scaling method of a series: the one it was scored with, or else the one its
+    fine-tune trained with; None for a run as trained."""
+    scaling = s.scaling or (s.fine_tune[1] if s.fine_tune else None)
+    return dict(scaling)["method"] if scaling else None
 
 
 def modes(runs: list[RunResult]) -> list[str]:

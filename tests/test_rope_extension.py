@@ -12,10 +12,11 @@ from omegaconf import OmegaConf
 
 from posexp import cli
 from posexp import config as C
+from posexp.encodings import ENCODINGS
 from posexp.errors import UsageError
 from posexp.experiment import digest
 from posexp.listing import compare_lines, summary_points
-from posexp.report import build_series, markdown, tidy_rows
+from posexp.report import METHOD_COLOURS, build_series, markdown, tidy_rows
 from posexp.runs import Run, load_run, load_runs, point_key, point_scaling, scaling_key
 from tests.conftest import TINY, assert_usage_error, copy_run, read_json
 from tests.runs_on_disk import curve_point, losses, write_run
@@ -157,6 +158,15 @@ def test_each_scaling_is_its_own_series_in_report_and_compare(tmp_path):
     series, _ = build_series(runs)
     assert [(s.label, s.scaling) for s in series] == [
         ("rope L=16", None), (f"rope L=16 + YaRN {TIMES}4", scaling_key(yarn))]
+    # one encoding with scalings: a colour per method, the encoding's own as trained
+    assert series[0].colour == ENCODINGS["rope"].colour != series[1].colour
+    assert series[1].colour in METHOD_COLOURS
+    # beside another encoding, colours go by encoding again
+    write_run(tmp_path / "e" / "alibi-L16-s0", ["encoding=alibi"], curve[:len(LENGTHS)])
+    mixed, _ = build_series(load_runs(tmp_path)[0])
+    assert {s.label: s.colour for s in mixed} == {
+        "rope L=16": ENCODINGS["rope"].colour, f"rope L=16 + YaRN {TIMES}4":
+        ENCODINGS["rope"].colour, "alibi L=16": ENCODINGS["alibi"].colour}
     assert {(row["series"], row["rope_scaling"], row["rope_scaling_factor"], row["length"])
             for row in tidy_rows(runs)} == {
         *(("rope L=16", None, None, L) for L in LENGTHS),
