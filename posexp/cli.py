@@ -117,6 +117,9 @@ def one_line(error: BaseException) -> str:
                 options = message.split("expected one of [", 1)[-1].rstrip("]")
                 return f"{key} must be one of {options}; got {got!r}"
             return f"{key}: {message}" if key else message
+        if "not in struct" in message and key.startswith("encoding.hparams."):
+            return (f"the encoding has no hyperparameter {key}; its hyperparameters are "
+                    "under encoding.hparams in: posexp train encoding=NAME --cfg job")
         if isinstance(cause, ConfigKeyError) and "not in struct" in message:
             problem = C.unknown_key(key) if key else None
             return problem or message

@@ -391,6 +391,8 @@ def unknown_key(key: str) -> str | None:
         rest = parts[depth + 1:]
         if not rest or (len(rest) == 1 and rest[0].isdigit() and "list" in str(keys[part])):
             return None  # a value, or an item of a list (eval.lengths.0)
+        if len(rest) == 1 and "dict" in str(keys[part]):
+            return None  # a key of a mapping (encoding.hparams.*: the encoding checks them)
         name = f"{node}.{part}" if node else part
         return f"{name} is a single value, not a group of keys (got {key!r})"
     return None

@@ -55,6 +55,26 @@ def test_sinusoidal_grows_for_any_length():
     assert torch.equal(long[:10], short)
 
 
+def test_sinusoidal_recipes_scale_tokens_or_table():
+    shape = ModelShape(d_model=16, n_head=2, n_layer=1)
+    cpu = torch.device("cpu")
+    paper = build_encoding("sinusoidal", shape, {"scale_tokens": True, "table_scale": 1.0})
+    assert paper.token_scale == 4.0 and not list(paper.parameters())
+    assert torch.equal(paper.embedding(5, cpu), sinusoidal_table(5, 16))
+    shrunk = build_encoding("sinusoidal", shape, {"scale_tokens": False, "table_scale": 0.25})
+    assert shrunk.token_scale == 1.0
+    assert torch.equal(shrunk.embedding(5, cpu), 0.25 * sinusoidal_table(5, 16))
+    learn = build_encoding("sinusoidal", shape, {"scale_tokens": False, "table_scale": 0.25,
+                                                 "learn_scale": True})
+    (scale,) = learn.parameters()
+    learn.embedding(5, cpu).sum().backward()
+    # d/ds of sum(s * table) is the table's sum: the scale trains
+    assert scale.grad.item() == pytest.approx(sinusoidal_table(5, 16).sum().item(), rel=1e-6)
+    # the table itself is a fixed buffer, never saved
+    assert "table" not in learn.state_dict() and "scale" in learn.state_dict()
+    assert "scale" not in shrunk.state_dict()
+
+
 # --- rope -------------------------------------------------------------------------------
 def _rotated(rope, x, positions):
     cos, sin = rope.rotary(int(positions.max()) + 1, torch.device("cpu"))

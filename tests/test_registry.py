@@ -15,7 +15,7 @@ from posexp.encodings import ENCODINGS, ModelShape, build_encoding, encoding_con
 from posexp.encodings.registry import register
 from posexp.errors import UsageError
 from posexp.model import GPT, GPTConfig
-from tests.conftest import TINY
+from tests.conftest import TINY, assert_usage_error
 
 SHAPE = ModelShape(d_model=32, n_head=4, n_layer=2)
 YAMLS = {p.stem: yaml.safe_load(p.read_text())
@@ -116,6 +116,22 @@ def test_config_check_refuses_what_an_encoding_cannot_do(overrides, hparams, mes
     with pytest.raises(UsageError) as e:
         checked(*overrides, hparams=hparams)
     assert message in str(e.value)
+
+
+def test_hparams_are_set_from_the_command_line(posexp_here):
+    r = posexp_here("train", "encoding=sinusoidal", "encoding.hparams.scale_tokens=false",
+                    "encoding.hparams.table_scale=0.5", "--cfg", "job")
+    assert r.returncode == 0, r.stderr
+    assert yaml.safe_load(r.stdout)["encoding"]["hparams"] == {
+        "scale_tokens": False, "table_scale": 0.5, "learn_scale": False}
+    assert_usage_error(posexp_here("train", "encoding=rope", "encoding.hparams.table_scale=2"),
+                       "the encoding has no hyperparameter encoding.hparams.table_scale")
+    assert_usage_error(posexp_here("train", "encoding=sinusoidal",
+                                   "encoding.hparams.table_scale=-1"),
+                       "encoding.hparams.table_scale must be a positive number, got -1.0")
+    assert_usage_error(posexp_here("train", "encoding=sinusoidal",
+                                   "encoding.hparams.table_scale.x=1"),
+                       "encoding.hparams.table_scale")
 
 
 def test_identity_holds_the_hparams_and_nothing_new_for_the_seed_encodings():

@@ -4,8 +4,11 @@ PE(pos, 2i) = sin(pos / 10000^(2i/d)),  PE(pos, 2i+1) = cos(pos / 10000^(2i/d)).
 Each (sin, cos) pair turns by a fixed angle per step, so PE(pos + k) is a fixed rotation of
 PE(pos) and PE(a) . PE(b) = sum_i cos((a - b) * w_i) depends only on a - b.
 
-As in the paper, the token embeddings are multiplied by sqrt(d_model) before the table is
-added; otherwise the unit-size sines drown small-initialised token embeddings.
+The paper multiplies the token embeddings by sqrt(d_model) before the table is added, so
+that the unit-size sines do not drown them (``scale_tokens``).  Other recipes leave the
+tokens alone and shrink the table instead (``table_scale``), optionally as a trained scalar
+(``learn_scale``; x-transformers' ScaledSinusoidalEmbedding, Hua et al. 2022).  Which one the
+default is was measured, not guessed: README, "Fair baselines".
 """
 
 from __future__ import annotations
@@ -14,9 +17,10 @@ import math
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
 from posexp.encodings.base import PositionalEncoding
-from posexp.encodings.registry import EncodingSpec, ModelShape, register
+from posexp.encodings.registry import EncodingSpec, ModelShape, register, require
 
 
 def sinusoidal_table(
@@ -33,22 +37,37 @@ def sinusoidal_table(
 
 
 class SinusoidalPositions(PositionalEncoding):
-    def __init__(self, d_model: int) -> None:
+    def __init__(self, d_model: int, scale_tokens: bool = True, table_scale: float = 1.0,
+                 learn_scale: bool = False) -> None:
         super().__init__()
         self.d_model = d_model
-        self.token_scale = math.sqrt(d_model)
+        self.token_scale = math.sqrt(d_model) if scale_tokens else 1.0
+        scale = torch.tensor(float(table_scale))
+        if learn_scale:
+            self.scale = nn.Parameter(scale)
+        else:
+            self.register_buffer("scale", scale, persistent=False)
         self.register_buffer("table", torch.empty(0, d_model), persistent=False)
 
     def embedding(self, seq_len: int, device: torch.device) -> torch.Tensor:
         if self.table.shape[0] < seq_len or self.table.device != device:
             self.table = sinusoidal_table(seq_len, self.d_model, device)
-        return self.table[:seq_len]
+        return self.table[:seq_len] * self.scale
 
 
 @dataclass(frozen=True)
 class SinusoidalConfig:
+    scale_tokens: bool = True  # multiply token embeddings by sqrt(d_model), as Vaswani et al.
+    table_scale: float = 1.0  # multiply the sines and cosines by this
+    learn_scale: bool = False  # ... as a trained scalar that starts there
+
+    def __post_init__(self) -> None:
+        require(math.isfinite(self.table_scale) and self.table_scale > 0, "table_scale",
+                "a positive number", self.table_scale)
+
     def build(self, shape: ModelShape) -> SinusoidalPositions:
-        return SinusoidalPositions(shape.d_model)
+        return SinusoidalPositions(shape.d_model, self.scale_tokens, self.table_scale,
+                                   self.learn_scale)
 
 
 register(EncodingSpec(
