@@ -95,6 +95,7 @@ def build_model(cfg: DictConfig, vocab_size: int) -> GPT:
             dropout=m.dropout,
             tie_weights=m.tie_weights,
             attention=C.Attention(cfg.attention).value,
+            encoding_hparams=C.encoding_hparams(cfg),
         )
     )
     scaling = C.train_scaling(cfg)
@@ -336,5 +337,6 @@ def state_hash(state: dict[str, torch.Tensor]) -> str:
     digest = hashlib.sha256()
     for name, tensor in state.items():
         digest.update(name.encode())
-        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+        flat = tensor.detach().cpu().contiguous().reshape(-1)  # a 0-dim tensor has no byte view
+        digest.update(flat.view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()

@@ -157,3 +157,21 @@ def test_an_encoding_cannot_take_a_name_or_colour_already_taken():
         register(dataclasses.replace(rope, name="rope2", colour="#0072b2"))
     assert "rope2" not in ENCODINGS
 
+
+
+def test_hparams_reach_the_trained_model(posexp_here, tmp_path):
+    """The trained model is built with the run's hparams, not the module's defaults: a trained
+    table scale that starts at 0.5 is in the checkpoint, near 0.5, and the same config with a
+    fixed scale has no such weight."""
+    import torch
+
+    common = ["encoding=sinusoidal", "encoding.hparams.scale_tokens=false",
+              "encoding.hparams.table_scale=0.5", *TINY]
+    assert posexp_here("train", *common, "encoding.hparams.learn_scale=true",
+                       "run_name=trained").returncode == 0
+    assert posexp_here("train", *common, "run_name=fixed").returncode == 0
+    weights = {name: torch.load(tmp_path / "results/default" / name / "checkpoint.pt",
+                                weights_only=True)["model"] for name in ("trained", "fixed")}
+    scale = weights["trained"]["encoding.scale"]
+    assert scale.shape == () and 0.3 < scale.item() < 0.7 and scale.item() != 0.5
+    assert "encoding.scale" not in weights["fixed"]
