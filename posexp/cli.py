@@ -19,7 +19,7 @@ import string
 import sys
 import traceback
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib.resources import files
 from pathlib import Path
 from typing import NoReturn
@@ -298,6 +298,8 @@ def parse_override(arg: str):
 def check_overrides(overrides: list[str], command: str = "train") -> None:
     """Refuse overrides that would run code, add keys posexp would ignore, or sweep in a
     command that runs one config -- before Hydra composes anything."""
+    from hydra.core.override_parser.types import ValueType
+
     for arg in overrides:
         o = parse_override(arg)
         key = o.key_or_group
@@ -332,6 +334,8 @@ def check_overrides(overrides: list[str], command: str = "train") -> None:
         if key.startswith("hydra") or "@" in key or "/" in key:
             continue  # Hydra's own config; checked once composed (check_hydra)
         if key in USER_GROUPS:
+            if o.value_type == ValueType.GLOB_CHOICE_SWEEP:
+                continue  # chooses among the group's options, schema left out (sweep.grid)
             choices = (list(o.sweep_string_iterator()) if o.is_sweep_override()
                        else [] if o.is_delete() else [o.get_value_element_as_str()])
             if o.is_delete():
@@ -627,23 +631,29 @@ MAIN_KEYS = [
 HELP_GROUPS = (*C.GROUPS, "hydra/launcher")
 
 
+def group_options(group: str, config_dir: str | None) -> list[str]:
+    """A config group's options (posexp's and --config-dir's), its schema left out; none for
+    a key that is not a group."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    with hydra_context(config_dir):
+        loader = GlobalHydra.instance().config_loader()
+        return sorted(o for o in loader.get_group_options(group) if not o.endswith("_schema"))
+
+
 def help_page(a: Args, command: str) -> str:
     """posexp train's -h page: Hydra's help template (hydra.help.template in
     configs/config.yaml), with $APP_CONFIG_GROUPS the groups a user chooses from and $CONFIG
     the main keys with the values this command line would use."""
-    from hydra.core.global_hydra import GlobalHydra
 
     cfg = compose_overrides(a.overrides, a.flags, with_hydra=True, command=command)
     choices = cfg.hydra.runtime.choices
-    with hydra_context(a.flags.get("--config-dir")):
-        loader = GlobalHydra.instance().config_loader()
-        groups = []
-        for group in HELP_GROUPS:
-            options = sorted(o for o in loader.get_group_options(group)
-                             if not o.endswith("_schema"))
-            chosen = choices.get(group)
-            shown = ", ".join(f"[{o}]" if o == chosen else o for o in options)
-            groups.append(f"  {group + '=':16}{shown}")
+    groups = []
+    for group in HELP_GROUPS:
+        chosen = choices.get(group)
+        shown = ", ".join(f"[{o}]" if o == chosen else o
+                          for o in group_options(group, a.flags.get("--config-dir")))
+        groups.append(f"  {group + '=':16}{shown}")
     job = C.resolve(cfg)
     keys = []
     for key, what in MAIN_KEYS:
@@ -782,8 +792,9 @@ def sweep(ctx: typer.Context) -> None:
     comma-separated values. Every job is composed and checked before the first one starts.
     Each job gets its own run directory (swept keys beyond encoding, length and seed are
     added to its name); a completed run of the same identity is skipped, so a re-run
-    finishes only what is missing. Presets: sweep=encodings (the default), lengths, seeds,
-    grid. Launchers: hydra/launcher=basic (one job after another), joblib (parallel on this
+    finishes only what is missing. encoding=glob(*) is every encoding there is a config for
+    (the presets' default). Presets: sweep=encodings (the default), lengths, seeds, grid.
+    Launchers: hydra/launcher=basic (one job after another), joblib (parallel on this
     machine), submitit_local, submitit_slurm. --cfg job prints every job's config and runs
     nothing.
 
@@ -792,6 +803,7 @@ def sweep(ctx: typer.Context) -> None:
       posexp sweep encoding=alibi,rope train.seq_len=64,128 seed=0,1,2
       posexp sweep sweep=lengths hydra/launcher=joblib
       posexp sweep model.d_model=64,128 --cfg job
+      posexp sweep 'encoding=glob(*,exclude=nope)' seed=0,1
     """
     try:
         a = parse_args(ctx.args, "sweep")
@@ -813,11 +825,14 @@ def sweep(ctx: typer.Context) -> None:
                 if a.flags["--cfg"] in ("job", "all"):
                     print_config(job.cfg, a.flags.get("--package"))
             return
-        from posexp.sweep import summarize, sweep_job
+        from posexp.sweep import is_glob, summarize, sweep_job
     except BaseException as e:
         fail(e)
     typer.echo(f"posexp sweep: {len(jobs)} runs", err=True)
-    hydra_main(sweep_job, ["--multirun", *a.hydra_argv(drop=("--multirun",)), *extra])
+    # globs go to Hydra spelled out (in extra): exactly the options planned
+    argv = replace(a, overrides=[o for o in a.overrides if not is_glob(o)]).hydra_argv(
+        drop=("--multirun",))
+    hydra_main(sweep_job, ["--multirun", *argv, *extra])
     try:
         summarize([job.cfg for job in jobs])
     except BaseException as e:
@@ -834,8 +849,8 @@ class Job:
 
 
 def plan_sweep(a: Args) -> tuple[list[Job], list[str]]:
-    """Every job's overrides and composed, checked config, before the
-    first one starts, and the overrides posexp adds to the sweep (the run name).  Two jobs
+    """Every job's overrides and composed, checked config, before the first one starts, and
+    the overrides posexp adds to the sweep (the run name, globs spelled out).  Two jobs
     never share a directory: unless run_name is given, it grows with every swept key of the
     identity that the default name does not already hold, in Hydra's override_dirname style
     (rope-L64-s0,d_model=32,lr=0.001); a plan that still puts two jobs in one directory is
@@ -849,12 +864,14 @@ def plan_sweep(a: Args) -> tuple[list[Job], list[str]]:
     fixed = [o for o in a.overrides if not parse_override(o).is_sweep_override()]
     preset = compose_overrides(fixed, a.flags, with_hydra=True, command="sweep", resolve=False)
     params = preset.hydra.sweeper.params or {}
-    jobs = grid(a.overrides, {str(k): str(v) for k, v in params.items()})
-    extra = run_name_override(jobs)
+    jobs, globs = grid(a.overrides, {str(k): str(v) for k, v in params.items()},
+                       lambda group: group_options(group, a.flags.get("--config-dir")))
+    run_name = run_name_override(jobs)
     planned, where, devices = [], {}, set()
     for job in jobs:
         try:
-            cfg = compose_overrides([*job, *extra], a.flags, with_hydra=True, command="sweep")
+            cfg = compose_overrides([*job, *run_name], a.flags, with_hydra=True,
+                                    command="sweep")
             with open_dict(cfg):
                 hydra_node = cfg.hydra
                 del cfg["hydra"]
@@ -880,7 +897,7 @@ def plan_sweep(a: Args) -> tuple[list[Job], list[str]]:
     for j in planned:  # before any job runs: a directory holding another identity
         if j.cfg.train.resume:
             existing(Run(Path(j.cfg.results_dir) / j.cfg.experiment / j.cfg.run_name), j.cfg)
-    return planned, extra
+    return planned, [*run_name, *globs]
 
 
 @app.command(cls=Command)

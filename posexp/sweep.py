@@ -15,31 +15,57 @@ import io
 import itertools
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from omegaconf import DictConfig
 
-from posexp.errors import PosexpError
+from posexp.errors import PosexpError, UsageError
 
 
-def grid(overrides: list[str], preset_params: dict[str, str]) -> list[list[str]]:
-    """The override lists of every job: the command line's sweeps (``a,b``, ``range()``),
-    and for keys the command line leaves alone, the preset's ``hydra.sweeper.params``."""
+def grid(overrides: list[str], preset_params: dict[str, str],
+         options: Callable[[str], list[str]]) -> tuple[list[list[str]], list[str]]:
+    """The override lists of every job: the command line's sweeps (``a,b``, ``range()``,
+    ``glob()``), and for keys the command line leaves alone, the preset's
+    ``hydra.sweeper.params``.  ``glob(...)`` chooses among ``options(group)``, a config
+    group's options without its schema, so ``encoding=glob(*)`` is every registered
+    encoding; each glob comes back spelled out (``encoding=alibi,fire,...``) for Hydra's
+    launcher to sweep exactly the planned values."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ValueType
 
     parser = OverridesParser.create()
     parsed = parser.parse_overrides(overrides)
     given = {o.get_key_element() for o in parsed}
     parsed += parser.parse_overrides(
         [f"{k}={v}" for k, v in preset_params.items() if k not in given])
-    axes = []
+    axes, spelled = [], []
     for o in parsed:
         key = o.get_key_element()
-        values = (list(o.sweep_string_iterator()) if o.is_sweep_override()
-                  else [o.get_value_element_as_str()])
+        if o.value_type == ValueType.GLOB_CHOICE_SWEEP:
+            available = options(key)
+            if not available:
+                raise UsageError(f"{o.input_line}: glob() chooses among a config group's "
+                                 f"options, and {key} is not a config group")
+            values = o.value().filter(available)
+            if not values:
+                raise UsageError(f"{o.input_line} matches none of the {key} options "
+                                 f"({', '.join(available)})")
+            spelled.append(f"{key}={','.join(values)}")
+        else:
+            values = (list(o.sweep_string_iterator()) if o.is_sweep_override()
+                      else [o.get_value_element_as_str()])
         axes.append([f"{key}={v}" for v in values])
-    return [list(job) for job in itertools.product(*axes)]
+    return [list(job) for job in itertools.product(*axes)], spelled
+
+
+def is_glob(override: str) -> bool:
+    """Whether an override of the command line sweeps a glob of group options."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ValueType
+
+    return OverridesParser.create().parse_override(override).value_type == \
+        ValueType.GLOB_CHOICE_SWEEP
 
 
 # Already in the default run name ${encoding.name}-L${train.seq_len}-s${seed}.

@@ -11,7 +11,8 @@ import pytest
 
 from tests.conftest import TINY, read_json
 
-GRID = ["encoding=alibi,rope", "train.seq_len=16,32", *[a for a in TINY
+# encodings by glob: posexp plans the jobs, and Hydra's launchers get the same two spelled out
+GRID = ["encoding=glob([a*,r*])", "train.seq_len=16,32", *[a for a in TINY
         if not a.startswith("train.seq_len")], "eval.lengths=[32,64]", "results_dir=out"]
 RUNS = ["alibi-L16-s0", "alibi-L32-s0", "rope-L16-s0", "rope-L32-s0"]
 
@@ -130,6 +131,36 @@ def test_a_failing_run_does_not_stop_the_sweep(posexp_here, tmp_path):
     assert "not started" in (tmp_path / "out" / "default" / "summary.md").read_text()
 
 
+def test_the_sweep_presets_sweep_every_registered_encoding(posexp_here, tmp_path):
+    from posexp.encodings import ENCODINGS
+
+    def jobs(*args: str) -> list[str]:
+        r = posexp_here("sweep", *args, "--cfg", "job")
+        assert r.returncode == 0, r.stderr
+        return [line.split(": ", 1)[1] for line in r.stdout.splitlines()
+                if line.startswith("# job ")]
+
+    assert jobs() == [f"encoding={e}" for e in sorted(ENCODINGS)]
+    assert len(jobs("sweep=lengths")) == 3 * len(ENCODINGS)
+    assert jobs("encoding=glob(*,exclude=[nope,learned,sinusoidal,rope,t5,k*])", "seed=0,1") == [
+        f"encoding={e} seed={s}" for e in ("alibi", "fire", "xpos") for s in (0, 1)]
+    # the command line's choice list replaces the preset's glob
+    assert jobs("encoding=rope,alibi") == ["encoding=rope", "encoding=alibi"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["encoding=glob(zz*)"], "encoding=glob(zz*) matches none of the encoding options (alibi, "),
+    (["encoding=glob(*schema)"], "matches none of the encoding options"),
+    (["seed=glob(*)"], "seed=glob(*): glob() chooses among a config group's options, and seed "
+                       "is not a config group"),
+])
+def test_a_glob_that_picks_nothing_is_refused(posexp_here, tmp_path, args, message):
+    r = posexp_here("sweep", *args, *TINY, "results_dir=out")
+    assert r.returncode == 2 and message in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
 def test_sweep_rejects_a_bad_value_before_running(posexp_here, tmp_path):
     r = posexp_here("sweep", "encoding=alibi,rpoe", *TINY, "results_dir=out")
     assert r.returncode == 2 and "there is no encoding 'rpoe'" in r.stderr
@@ -226,4 +257,4 @@ def test_reproduce_finishes_every_run_and_fails_at_the_end(posexp_here, tmp_path
 
 def test_reproduce_unknown_preset(posexp_here):
     r = posexp_here("reproduce", "--preset", "tpu")
-    assert r.returncode == 2 and "available: cpu, gpu" in r.stderr
+    assert r.returncode == 2 and "available: cpu, encodings, encodings-gpu, gpu, " in r.stderr
