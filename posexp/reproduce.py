@@ -15,11 +15,15 @@ scored in both modes, and each claim is judged from what was measured:
   the threshold.
 
 A preset names its claim set (``claims:``, default ``press``): ``press`` holds the claims of
-Press et al. and two about NoPE (configs/reproduce/cpu.yaml, gpu.yaml); ``rope-scaling``
-those about RoPE context extension (rope-scaling.yaml, rope-scaling-gpu.yaml), measured on
+Press et al. (with T5's relative bias when the preset gives its thresholds), two about NoPE
+and the fair-baseline claim (configs/reproduce/cpu.yaml, gpu.yaml); ``rope-scaling`` those
+about RoPE context extension (rope-scaling.yaml, rope-scaling-gpu.yaml), measured on
 RoPE-scaled evaluations of one run (``eval.rope_scaling`` in its overrides) and on short
 fine-tunes of it (``finetunes:``, each a parent among the runs and the overrides of
-``posexp finetune``).
+``posexp finetune``); ``encodings`` those about the later encodings and randomized positions
+(encodings.yaml, encodings-gpu.yaml), whose presets train every registered encoding
+(``every_encoding: true``) beside the runs of the press preset they share, and write their
+report to a directory of their own (``report:``).
 
 The verdicts read exactly the preset's runs.  A run that fails does not stop the others; every
 claim that needs it is "not measured", and so is a claim whose runs hold no common scored
@@ -58,21 +62,45 @@ from posexp.runs import (
 NONOVERLAPPING, SLIDING = "nonoverlapping", "sliding"
 # A curve a claim compares: (encoding, training length, mode) of a run as trained; or, with
 # RoPE scaling, (encoding, training length, mode, the scaling it is scored with, None or a
-# fine-tune's (root training length, its training-time scaling)).
+# fine-tune's (root training length, its training-time scaling)); or all that and a variant:
+# the values of VARIANT_KEYS that set the run apart from the plain run of its encoding.
 Need = tuple
+VARIANT_KEYS = ("train.random_positions",)  # identity keys a claim may compare runs on
 # ppl(*need, evaluation length): one seed's perplexity, or the bootstrap resamples of it (an
-# array; every point's blocks drawn alike)
+# array; every point's blocks drawn alike).  At the length TRAIN_SPEED, the run's training
+# tokens per second.
 Lookup = Callable[..., "float | np.ndarray"]
+TRAIN_SPEED = "training speed"
 
 
-def full_need(need: Need) -> tuple[str, int, str, Scaling, tuple | None]:
-    return (*need, None, None) if len(need) == 3 else need
+def full_need(need: Need) -> tuple[str, int, str, Scaling, tuple | None, tuple]:
+    return (*need, None, None, ())[:6] if len(need) == 3 else (*need, ())[:6]
+
+
+def randomized(encoding: str, train_len: int, positions: int) -> Need:
+    """The curve of ``encoding`` trained at ``train_len`` on random positions below
+    ``positions`` (train.random_positions)."""
+    return (encoding, train_len, NONOVERLAPPING, None, None,
+            (("train.random_positions", positions),))
+
+
+def variant_of(run: RunResult) -> tuple:
+    return tuple((k, run.identity[k]) for k in VARIANT_KEYS if run.identity.get(k) is not None)
 
 
 def need_text(need: Need) -> str:
     """How a verdict names the curve a claim needs (report.curve_name)."""
-    enc, train_len, _, scaling, fine_tune = full_need(need)
-    return curve_name(enc, train_len, scaling, fine_tune)
+    enc, train_len, _, scaling, fine_tune, variant = full_need(need)
+    return " ".join([curve_name(enc, train_len, scaling, fine_tune),
+                     *(f"{k}={v}" for k, v in variant)])
+
+
+def speed_point(run: RunResult) -> dict:
+    """The run's training speed as a point a claim can read (a speed has no blocks, so one
+    seed gives it no interval)."""
+    speed = run.info.get("tok_per_s")
+    ok = isinstance(speed, int | float) and not isinstance(speed, bool) and speed > 0
+    return {"ppl": float(speed) if ok else None, "applicable": ok}
 
 
 PRESS = "Press et al., Train Short, Test Long (ALiBi), ICLR 2022"
@@ -85,6 +113,14 @@ CHEN = "Chen et al., Extending Context Window of Large Language Models via Posit
 PENG = "Peng et al., YaRN: Efficient Context Window Extension of Large Language Models, " \
        "ICLR 2024"
 BLOC97 = "bloc97, NTK-Aware Scaled RoPE (r/LocalLLaMA, 2023)"
+VASWANI = "Vaswani et al., Attention Is All You Need, NeurIPS 2017"
+RUOSS = "Ruoss et al., Randomized Positional Encodings Boost Length Generalization of " \
+        "Transformers, ACL 2023"
+SUN = "Sun et al., A Length-Extrapolatable Transformer, ACL 2023"
+CHI = "Chi et al., KERPLE: Kernelized Relative Positional Embedding for Length " \
+      "Extrapolation, NeurIPS 2022"
+LI = "Li et al., Functional Interpolation for Relative Positions Improves Long Context " \
+     "Transformers, ICLR 2024"
 HOLDS, FAILS, INCONCLUSIVE, UNMEASURED = "holds", "does not hold", "inconclusive", "not measured"
 
 
@@ -96,6 +132,7 @@ class Test:
     statistic: Callable[[Lookup], float | np.ndarray]
     op: str  # "<=" or ">="
     threshold: float
+    speed: bool = False  # a ratio of training speeds: no bootstrap interval for one seed
 
 
 @dataclass(frozen=True)
@@ -150,8 +187,8 @@ class Curves:
             mode = need[2]
             by_region: dict[Region, Series] = {}
             for s in self.series:
-                if (s.encoding, s.train_len, s.mode, s.scaling, s.fine_tune) != \
-                        full_need(need):
+                if (s.encoding, s.train_len, s.mode, s.scaling, s.fine_tune,
+                        variant_of(s.members[0])) != full_need(need):
                     continue
                 if s.region in by_region:
                     return (f"two configs of {need_text(need)}: {by_region[s.region].label} "
@@ -168,7 +205,8 @@ class Curves:
                              for need in needs)
             return (f"no scored region of {self.n_tokens} tokens common to its runs ({held})")
         region = max(common)
-        return {need: {r.seed: r.points(need[2], region, full_need(need)[3])
+        return {need: {r.seed: {**r.points(need[2], region, full_need(need)[3]),
+                                TRAIN_SPEED: speed_point(r)}
                        for r in found[need][region].members} for need in needs}
 
 
@@ -203,6 +241,8 @@ def judge(claim: Claim, curves: Curves) -> Verdict:
     def point(seed: int, *need_length: object) -> dict:
         need, length = need_length[:-1], need_length[-1]
         p = got[need][seed].get(length)
+        if length == TRAIN_SPEED and not p["applicable"]:
+            raise Missing(f"{need_text(need)} (seed {seed}) recorded no training speed")
         if p is None or not p["applicable"]:
             raise Missing(f"{need_text(need)} has no {need[2]} point at {length}")
         return p
@@ -225,7 +265,8 @@ def judge(claim: Claim, curves: Curves) -> Verdict:
         d == HOLDS for d in decisions) else INCONCLUSIVE
     measured = "; ".join(
         f"{t.label} = {i.text(3)}" if i.low is not None else
-        f"{t.label} = {i.value:.3f} (no interval: rescore with posexp eval RUN)"
+        f"{t.label} = {i.value:.3f} (no interval: " + (
+            "a speed has none from one seed)" if t.speed else "rescore with posexp eval RUN)")
         for t, i in zip(claim.tests, intervals, strict=True))
     return Verdict(f"{claim.number}. {claim.text}", claim.source, threshold, measured, verdict,
                    method)
@@ -235,6 +276,8 @@ def _bootstrap(test: Test, point: Callable[..., dict]) -> stats.Interval:
     """One seed: the statistic on the measured perplexities, and its percentile interval over
     bootstrap resamples of the scored blocks (the same blocks for every point)."""
     value = float(test.statistic(lambda *need: point(*need)["ppl"]))
+    if test.speed:
+        return stats.Interval(value, None, None, 1, "no interval")
     try:
         samples = test.statistic(lambda *need: np.exp(stats.resampled_loss(point(*need))))
     except ValueError:  # points written before posexp recorded block losses
@@ -243,17 +286,26 @@ def _bootstrap(test: Test, point: Callable[..., dict]) -> stats.Interval:
     return stats.Interval(value, low, high, 1, "bootstrap")
 
 
-def claims(preset: DictConfig) -> tuple[list[Claim], list[Claim]]:
-    """(claims of Press et al., claims about NoPE) with the preset's thresholds: the claim
-    set ``press``."""
+def degradation(need: Need, m: int) -> Callable[[Lookup], object]:
+    """ppl(mL) / ppl(L) of a curve trained at L."""
+    L = need[1]
+    return lambda ppl: ppl(*need, m * L) / ppl(*need, L)
+
+
+def ratio_of(a: Callable, b: Callable) -> Callable[[Lookup], object]:
+    return lambda ppl: a(ppl) / b(ppl)
+
+
+def claims(preset: DictConfig) -> tuple[list[Claim], list[Claim], list[Claim]]:
+    """(claims of Press et al., claims about NoPE, the fair-baseline claim) with the preset's
+    thresholds: the claim set ``press``.  T5's claims and the fair baseline's need their
+    thresholds in the preset (t5_flat, t5_flat_at, fair_baseline); a preset without them
+    has claims 1 to 6."""
     L, th = int(preset.train_seq_len), preset.thresholds
     k = int(th.sinusoidal_blowup_at)
 
     def ratio(enc: str, m: int, mode: str = NONOVERLAPPING) -> Callable[[Lookup], object]:
-        return lambda ppl: ppl(enc, L, mode, m * L) / ppl(enc, L, mode, L)
-
-    def ratio_of(a: Callable, b: Callable) -> Callable[[Lookup], object]:
-        return lambda ppl: a(ppl) / b(ppl)
+        return degradation((enc, L, mode), m)
 
     rope_at = [int(m) for m in th.rope_between_at]
     others = ("learned", "sinusoidal", "rope", "alibi")
@@ -312,7 +364,84 @@ def claims(preset: DictConfig) -> tuple[list[Claim], list[Claim]]:
               [Test(f"nope/sinusoidal degradation at {k}L",
                     ratio_of(ratio("nope", k), ratio("sinusoidal", k)), "<=", 1.0)]),
     ]
-    return press, nope
+    fair = []
+    if th.get("t5_flat") is not None:
+        t5_at = [int(m) for m in th.t5_flat_at]
+        press += [
+            Claim(7, "T5's relative bias extrapolates a little: its perplexity stays near "
+                     f"ppl(L) at {' and '.join(f'{m}L' for m in t5_at)}",
+                  f"{PRESS}, Table 2 (the T5 bias column)",
+                  "Table 2 has T5's bias within a few percent of its ppl(L) at about 2L and "
+                  f"5L; {th.t5_flat:g}, as for ALiBi",
+                  [("t5", L, NONOVERLAPPING)],
+                  [Test(f"t5 ppl({m}L)/ppl(L)", ratio("t5", m), "<=", float(th.t5_flat))
+                   for m in t5_at]),
+            Claim(8, "T5's relative bias trains slower than ALiBi", f"{PRESS}, Table 1",
+                  "Table 1 has the T5 bias training markedly slower than ALiBi (and "
+                  "sinusoidal) on the same hardware; 1 is the same speed. Both runs of a "
+                  "seed train one after the other on one machine",
+                  [("alibi", L, NONOVERLAPPING), ("t5", L, NONOVERLAPPING)],
+                  [Test("alibi / t5 training tokens per second",
+                        lambda ppl: ppl("alibi", L, NONOVERLAPPING, TRAIN_SPEED)
+                        / ppl("t5", L, NONOVERLAPPING, TRAIN_SPEED), ">=", 1.0, speed=True)]),
+        ]
+    if th.get("fair_baseline") is not None:
+        fair.append(Claim(
+            9, "Sinusoidal positions are as good as learned ones at the training length: "
+               "the absolute baselines are fair", f"{VASWANI}, Table 3 row (E)",
+            "row (E): learned positions instead of sinusoids gave 'nearly identical results' "
+            f"(4.92 vs 4.91 dev perplexity); {th.fair_baseline:g} is 'no worse'",
+            [("sinusoidal", L, NONOVERLAPPING), ("learned", L, NONOVERLAPPING)],
+            [Test("sinusoidal ppl(L) / learned ppl(L)",
+                  lambda ppl: ppl("sinusoidal", L, NONOVERLAPPING, L)
+                  / ppl("learned", L, NONOVERLAPPING, L), "<=", float(th.fair_baseline))]))
+    return press, nope, fair
+
+
+def encodings_claims(preset: DictConfig) -> tuple[list[Claim], list[Claim]]:
+    """(randomized positions against the same encoding without them, the later encodings
+    against their baselines) with the preset's thresholds: the claim set ``encodings``."""
+    L, th = int(preset.train_seq_len), preset.thresholds
+    k, far, M = int(th.degradation_at), int(th.far_at), int(th.random_positions)
+
+    def plain(enc: str) -> Need:
+        return (enc, L, NONOVERLAPPING)
+
+    random = [
+        Claim(10 + i, f"Training on random positions below {M} makes {enc} degrade less past "
+                      "L than training on 0..L-1",
+              f"{RUOSS}, §4 (shown there on algorithmic tasks; tested here on perplexity)",
+              "1 is 'degrades alike'; the runs share their batches, so the positions are the "
+              "only difference",
+              [plain(enc), randomized(enc, L, M)],
+              [Test(f"{enc} randomized/plain degradation at {k}L",
+                    ratio_of(degradation(randomized(enc, L, M), k),
+                             degradation(plain(enc), k)), "<=", 1.0)])
+        for i, enc in enumerate(th.randomized)]
+    n = 10 + len(random)
+
+    def at_far(a: str, b: str) -> Callable[[Lookup], object]:
+        return lambda ppl: ppl(*plain(a), far * L) / ppl(*plain(b), far * L)
+
+    later = [
+        Claim(n, "xPos degrades less past L than RoPE", f"{SUN}, §3 and Table 3 (measured "
+                 "there with blockwise causal attention, which posexp does not use)",
+              "xPos's scale is proposed as RoPE's fix for extrapolation; 1 is 'degrades alike'",
+              [plain("xpos"), plain("rope")],
+              [Test(f"xpos/rope degradation at {k}L", ratio_of(
+                  degradation(plain("xpos"), k), degradation(plain("rope"), k)), "<=", 1.0)]),
+        Claim(n + 1, f"KERPLE's logarithmic kernel is at least as good as ALiBi far past L "
+                     f"({far}L)", f"{CHI}, Tables 2-3 (kerple log beats ALiBi at the longest "
+                                  "lengths)", "1 is a tie",
+              [plain("kerple_log"), plain("alibi")],
+              [Test(f"kerple_log/alibi ppl({far}L)", at_far("kerple_log", "alibi"), "<=",
+                    1.0)]),
+        Claim(n + 2, f"FIRE is at least as good as ALiBi far past L ({far}L)",
+              f"{LI}, §4 (language modelling at lengths beyond training)", "1 is a tie",
+              [plain("fire"), plain("alibi")],
+              [Test(f"fire/alibi ppl({far}L)", at_far("fire", "alibi"), "<=", 1.0)]),
+    ]
+    return random, later
 
 
 def rope_scaling_claims(preset: DictConfig) -> list[Claim]:
@@ -372,7 +501,7 @@ def rope_scaling_claims(preset: DictConfig) -> list[Claim]:
     ]
 
 
-CLAIM_SETS = ("press", "rope-scaling")
+CLAIM_SETS = ("press", "rope-scaling", "encodings")
 
 
 def claim_set(preset: DictConfig) -> str:
@@ -387,8 +516,14 @@ def claim_sections(preset: DictConfig) -> list[tuple[str, list[Claim]]]:
     if claim_set(preset) == "rope-scaling":
         return [(f"Claims about RoPE context extension ({CHEN.split(',')[0]}; "
                  f"{PENG.split(',')[0]}; {BLOC97.split(',')[0]})", rope_scaling_claims(preset))]
-    press, nope = claims(preset)
-    return [(f"Claims of {PRESS}", press), ("Claims about no positional encoding (NoPE)", nope)]
+    if claim_set(preset) == "encodings":
+        random, later = encodings_claims(preset)
+        return [(f"Randomized positions ({RUOSS.split(',')[0]})", random),
+                (f"The later encodings ({SUN.split(',')[0]}; {CHI.split(',')[0]}; "
+                 f"{LI.split(',')[0]})", later)]
+    press, nope, fair = claims(preset)
+    return [(f"Claims of {PRESS}", press), ("Claims about no positional encoding (NoPE)", nope),
+            *([("A fair baseline at the training length", fair)] if fair else [])]
 
 
 def verdicts(runs: list[RunResult], preset: DictConfig, n_tokens: int) -> list[Verdict]:
@@ -438,6 +573,30 @@ def _first_line(e: BaseException) -> str:
     return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
 
 
+def preset_runs(preset: DictConfig) -> list[list[str]]:
+    """The preset's runs: those it lists, and with ``every_encoding: true`` one more for each
+    registered encoding it does not train as is (the registry decides; the preset names none
+    of them)."""
+    from posexp.encodings import in_order
+
+    runs = [list(run) for run in preset.runs]
+    if preset.get("every_encoding"):
+        listed = {run[0] for run in runs if len(run) == 1}
+        runs += [[f"encoding={name}"] for name in in_order()
+                 if f"encoding={name}" not in listed]
+    return runs
+
+
+def report_dir(preset: DictConfig, name: str) -> str:
+    """The name of the preset's report directory beside its runs (``report:``, default
+    report): several presets may share runs and each keep its report."""
+    report = str(preset.get("report") or "report")
+    if "/" in report or "\\" in report or report in (".", "..") or report.startswith("."):
+        raise UsageError(f"preset {name}: report must be a directory name beside its runs, "
+                         f"got {report!r}")
+    return report
+
+
 def preset_seeds(preset: DictConfig, name: str) -> list[int]:
     seeds = preset.get("seeds")
     seeds = [0] if seeds is None else (
@@ -448,7 +607,8 @@ def preset_seeds(preset: DictConfig, name: str) -> list[int]:
         raise UsageError(f"preset {name}: seeds must be a list of distinct non-negative "
                          f"integers, got {seeds!r}")
     if any(str(o).startswith("seed=") for o in (*preset.overrides,
-                                                 *(o for run in preset.runs for o in run))):
+                                                 *(o for run in preset_runs(preset)
+                                                   for o in run))):
         raise UsageError(f"preset {name}: set the seeds in its seeds: list, not as seed=")
     return seeds
 
@@ -470,7 +630,9 @@ def reproduce(name: str, results_dir: Path, config_dir: Path,
     seeds = preset_seeds(preset, name)
     common = [*preset.overrides, f"experiment={preset.experiment}", f"results_dir={results_dir}"]
     # every run at every seed, all checked before any runs
-    configs = [compose([*common, *run, f"seed={seed}"]) for seed in seeds for run in preset.runs]
+    report = report_dir(preset, name)
+    configs = [compose([*common, *run, f"seed={seed}"]) for seed in seeds
+               for run in preset_runs(preset)]
     if not configs:
         raise UsageError(f"preset {name} lists no runs")
     n_tokens = {int(cfg.eval.tokens) for cfg in configs}
@@ -535,7 +697,7 @@ def reproduce(name: str, results_dir: Path, config_dir: Path,
             r = RunResult(path, {"status": "not started", "reason": failed[path]})
         results.append(r)
     runs, not_done = split_runs(results)
-    out = results_dir / preset.experiment / "report"
+    out = results_dir / preset.experiment / report
     write_report(runs, not_done, out, f"posexp reproduce --preset {name}")
     # a run that failed after it completed (scoring its sliding points) is in the report, but
     # its claims are not measured
@@ -545,8 +707,8 @@ def reproduce(name: str, results_dir: Path, config_dir: Path,
     for title, section in sections:
         by_section.append((title, rows[start:start + len(section)]))
         start += len(section)
-    note = learned_property(runs, int(preset.train_seq_len)) if claim_set(preset) == "press" \
-        else None
+    note = None if claim_set(preset) == "rope-scaling" else learned_property(
+        runs, int(preset.train_seq_len))
     atomic_write_text(out / "verdicts.md", verdicts_markdown(
         name, preset, by_section, note, failed, devices, versions_table(runs)))
     atomic_write_json(out / "verdicts.json", {

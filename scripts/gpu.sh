@@ -5,6 +5,9 @@
 #                                   # one ALiBi row per kernel (flex, sdpa; flash if installed),
 #                                   # x-transformers side by side when it is installed
 #   bash scripts/gpu.sh reproduce   # posexp reproduce --preset gpu (about 10 minutes on an H200)
+#   bash scripts/gpu.sh encodings   # then --preset encodings-gpu: the other encodings and the
+#                                   # randomized runs beside the gpu preset's (a later session
+#                                   # starts bare: it trains the gpu preset's runs again first)
 #
 # On the device machine (no internet, no hydra/omegaconf/datasets/x-transformers): run
 #   ../shared/tools/device-wheels.sh x-transformers==2.31.10 einops einx frozendict loguru \
@@ -17,8 +20,8 @@
 # results/reproduce-gpu/report/ and commit them.
 set -euo pipefail
 case "${1:-}" in
-    bench|reproduce) ;;
-    *) echo "usage: bash scripts/gpu.sh bench|reproduce" >&2; exit 2 ;;
+    bench|reproduce|encodings) ;;
+    *) echo "usage: bash scripts/gpu.sh bench|reproduce|encodings" >&2; exit 2 ;;
 esac
 out=${OUT:-gpu-out}
 mkdir -p "$out"
@@ -42,5 +45,11 @@ case "${1:-}" in
         python3 -m posexp reproduce --preset gpu --results-dir /tmp/posexp-gpu 2>&1 \
             | tee "$out/reproduce.log"
         tar -czf "$out/reproduce-gpu-report.tgz" -C /tmp/posexp-gpu/reproduce-gpu report
+        ;;
+    encodings)
+        python3 -m posexp reproduce --preset encodings-gpu --results-dir /tmp/posexp-gpu 2>&1 \
+            | tee "$out/encodings.log"
+        tar -czf "$out/reproduce-gpu-report-encodings.tgz" -C /tmp/posexp-gpu/reproduce-gpu \
+            report-encodings
         ;;
 esac

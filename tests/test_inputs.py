@@ -71,6 +71,13 @@ def make_inputs(d: Path) -> None:
     (d / "nokey.yaml").write_text(yaml.safe_dump({k: v for k, v in preset.items()
                                                   if k != "thresholds"}))
     (d / "flatruns.yaml").write_text(yaml.safe_dump({**preset, "runs": ["encoding=rope"]}))
+    (d / "badreport.yaml").write_text(yaml.safe_dump({**preset, "report": "../elsewhere"}))
+    (d / "nomodel.yaml").write_text(yaml.safe_dump({**preset, "thresholds": {
+        **preset["thresholds"], "t5_flat": "high"}}))
+    encodings = yaml.safe_load((Path(cli.CONFIG_DIR) / "reproduce" / "encodings.yaml")
+                               .read_text())
+    del encodings["thresholds"]["randomized"]
+    (d / "norandom.yaml").write_text(yaml.safe_dump(encodings))
     (d / "target.yaml").write_text(yaml.safe_dump(
         {**preset, "overrides": ["+hydra.callbacks.x._target_=os.makedirs"]}))
     # runs: a config that evaluates on the small corpus, and damaged variants
@@ -322,7 +329,13 @@ BAD = [
     (["reproduce", "--preset", "{d}/nokey.yaml"], 2, ["nokey.yaml has no thresholds"]),
     (["reproduce", "--preset", "{d}/flatruns.yaml"], 2, ["run 1 must be a list of overrides"]),
     (["reproduce", "--preset", "{d}/target.yaml"], 2, ["is refused"]),
-    (["reproduce", "--preset", "nope"], 2, ["there is no reproduce preset 'nope'", "cpu, gpu"]),
+    (["reproduce", "--preset", "{d}/badreport.yaml"], 2,
+     ["report must be a directory name beside its runs, got '../elsewhere'"]),
+    (["reproduce", "--preset", "{d}/nomodel.yaml"], 2, ["thresholds.t5_flat must be a number"]),
+    (["reproduce", "--preset", "{d}/norandom.yaml"], 2,
+     ["norandom.yaml has no thresholds.randomized"]),
+    (["reproduce", "--preset", "nope"], 2,
+     ["there is no reproduce preset 'nope'", "cpu, encodings, encodings-gpu, gpu"]),
     (["reproduce", "--preset"], 2, ["requires an argument"]),
     (["--bogus"], 2, ["No such option: --bogus"]),
 ]

@@ -26,7 +26,10 @@ from posexp.reproduce import (
     HOLDS,
     INCONCLUSIVE,
     UNMEASURED,
+    load_preset,
+    preset_runs,
     preset_seeds,
+    report_dir,
     reproduce,
     verdicts,
 )
@@ -87,28 +90,30 @@ def curve(ppl: dict, mode: str = NO, region=REGION, noise=0.0) -> list[dict]:
     return [point(mode, length, v, region, noise) for length, v in ppl.items()]
 
 
-def write_run(path: Path, text: str, points: list[dict]) -> Path:
+def write_run(path: Path, text: str, points: list[dict], **info) -> Path:
     cfg = OmegaConf.create(text)
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.yaml").write_text(text)
     (path / "run.json").write_text(json.dumps({
         "status": "completed", "name": path.name, "experiment": path.parent.name,
         "encoding": cfg.encoding.name, "seq_len": cfg.train.seq_len, "seed": cfg.seed,
-        "n_params": 12345, "device": "cpu", "versions": VERSIONS}))
+        "n_params": 12345, "device": "cpu", "versions": VERSIONS, **info}))
     (path / "eval.json").write_text(json.dumps({"curve": points, "per_position": []}))
     return path
 
 
-def make_run(root: Path, encoding: str, seq_len: int, seed: int, points: list[dict]) -> Path:
+def make_run(root: Path, encoding: str, seq_len: int, seed: int, points: list[dict],
+             *overrides: str, suffix: str = "", **info) -> Path:
     text = config_text((f"encoding={encoding}", f"train.seq_len={seq_len}", f"seed={seed}",
-                        *SMALL))
-    return write_run(root / f"{encoding}-L{seq_len}-s{seed}", text, points)
+                        *SMALL, *overrides))
+    return write_run(root / f"{encoding}-L{seq_len}-s{seed}{suffix}", text, points, **info)
 
 
 def claim_runs(root: Path, seeds=(0,), skip=(), regions=None, sliding=None, scale=None,
-               noise=0.0) -> list:
+               noise=0.0, speed=None) -> list:
     """The preset's six runs at each seed; ``scale(enc, L, seed)`` multiplies a run's
-    perplexities past its training length (seed-to-seed variation)."""
+    perplexities past its training length (seed-to-seed variation); ``speed(enc, seed)`` is
+    the training speed a run records."""
     for seed in seeds:
         for (enc, L), ppl in CLAIM_RUNS.items():
             if (enc, L) in skip:
@@ -119,7 +124,8 @@ def claim_runs(root: Path, seeds=(0,), skip=(), regions=None, sliding=None, scal
             points = curve(ppl, region=region, noise=noise)
             if enc == "alibi":
                 points += curve(sliding or {16: 4.0, 32: 4.0, 64: 4.1}, SL, region, noise)
-            make_run(root, enc, L, seed, points)
+            info = {"tok_per_s": speed(enc, seed)} if speed else {}
+            make_run(root, enc, L, seed, points, **info)
     return load_runs(root)[0]
 
 
@@ -301,6 +307,145 @@ def test_a_preset_without_seeds_runs_seed_0(tmp_path):
 
 
 
+# --- T5's claims and the fair baseline (claims 7-9 of the press set) -----------------------
+LATER = OmegaConf.create({"train_seq_len": 16, "thresholds": {
+    **THRESHOLDS, "t5_flat_at": [2, 4], "t5_flat": 1.05, "fair_baseline": 1.0}})
+
+
+def t5_runs(root: Path, seeds=(0, 1, 2), t5=None, speed=None) -> list:
+    """The press runs and a T5 run at each seed; ALiBi trains at 30,000 tokens/s (+-1,000
+    over the seeds), T5 at 20,000."""
+    speed = speed or (lambda enc, seed: 29000 + 1000 * seed if enc == "alibi" else 25000)
+    for seed in seeds:
+        make_run(root, "t5", 16, seed, curve(t5 or {16: 6.0, 32: 6.06, 64: 6.24}),
+                 tok_per_s=20000)
+    return claim_runs(root, seeds=seeds, speed=speed)
+
+
+def test_t5_and_fair_baseline_claims_on_known_perplexities(tmp_path):
+    v = by_number(verdicts(t5_runs(tmp_path), LATER, 512))
+    assert (v[7].verdict, v[8].verdict, v[9].verdict) == (HOLDS, HOLDS, FAILS)
+    assert v[7].measured == ("t5 ppl(2L)/ppl(L) = 1.010 [1.010, 1.010]; "
+                             "t5 ppl(4L)/ppl(L) = 1.040 [1.040, 1.040]")
+    expected = stats.t_interval([29000 / 20000, 30000 / 20000, 31000 / 20000], log=True)
+    assert v[8].measured == f"alibi / t5 training tokens per second = {expected.text(3)}"
+    assert v[8].source.endswith("Table 1") and v[7].source.endswith("(the T5 bias column)")
+    # sinusoidal 5.0 against learned 4.5 at L: not a fair baseline
+    assert v[9].measured == "sinusoidal ppl(L) / learned ppl(L) = 1.111 [1.111, 1.111]"
+    assert v[9].source.startswith("Vaswani et al.") and "(E)" in v[9].source
+    # T5 that climbs 20% by 4L does not hold
+    v = by_number(verdicts(t5_runs(tmp_path / "climbs", t5={16: 6.0, 32: 6.3, 64: 7.2}),
+                           LATER, 512))
+    assert v[7].verdict == FAILS
+
+
+def test_a_speed_claim_from_one_seed_has_no_interval(tmp_path):
+    v = by_number(verdicts(t5_runs(tmp_path, seeds=(0,)), LATER, 512))
+    assert v[8].verdict == INCONCLUSIVE
+    assert v[8].measured == ("alibi / t5 training tokens per second = 1.450 (no interval: a "
+                             "speed has none from one seed)")
+    # a run that recorded no speed: the claim is not measured, and says whose speed is missing
+    runs = t5_runs(tmp_path / "none", speed=lambda enc, seed: None if seed == 1 else 1000)
+    v = by_number(verdicts(runs, LATER, 512))
+    assert v[8].verdict == UNMEASURED
+    assert v[8].measured == "not measured: alibi L=16 (seed 1) recorded no training speed"
+
+
+def test_a_preset_without_the_later_thresholds_has_claims_1_to_6(tmp_path):
+    v = by_number(verdicts(t5_runs(tmp_path), PRESET, 512))
+    assert sorted(v) == [1, 2, 3, 4, 5, 6]
+
+
+# --- the encodings claim set ---------------------------------------------------------------
+ENCODINGS = OmegaConf.create({"claims": "encodings", "train_seq_len": 16, "thresholds": {
+    "degradation_at": 4, "far_at": 4, "random_positions": 64,
+    "randomized": ["rope", "sinusoidal"]}})
+
+
+def encodings_runs(root: Path, seeds=(0, 1)) -> list:
+    """Plain runs of six encodings and randomized runs (M = 64) of RoPE and sinusoidal:
+    randomized RoPE degrades less than plain RoPE, randomized sinusoidal more."""
+    plain = {"rope": {16: 4.0, 64: 6.0}, "sinusoidal": {16: 5.0, 64: 15.0},
+             "xpos": {16: 4.0, 64: 5.0}, "alibi": {16: 5.0, 64: 5.1},
+             "kerple_log": {16: 4.9, 64: 4.9}, "fire": {16: 5.0, 64: 5.5}}
+    random = {"rope": {16: 4.2, 64: 4.6}, "sinusoidal": {16: 5.0, 64: 20.0}}
+    for seed in seeds:
+        for enc, ppl in plain.items():
+            make_run(root, enc, 16, seed, curve(ppl))
+        for enc, ppl in random.items():
+            make_run(root, enc, 16, seed, curve(ppl), "train.random_positions=64",
+                     suffix="-random64")
+    return load_runs(root)[0]
+
+
+def test_encodings_claims_compare_each_run_with_its_baseline(tmp_path):
+    v = by_number(verdicts(encodings_runs(tmp_path), ENCODINGS, 512))
+    assert {n: v[n].verdict for n in v} == {10: HOLDS, 11: FAILS, 12: HOLDS, 13: HOLDS,
+                                            14: FAILS}
+    # (4.6/4.2) / (6/4) and (20/5) / (15/5): each randomized run against its own plain run
+    assert v[10].measured == "rope randomized/plain degradation at 4L = 0.730 [0.730, 0.730]"
+    assert v[11].measured == ("sinusoidal randomized/plain degradation at 4L = 1.333 "
+                              "[1.333, 1.333]")
+    assert v[12].measured == "xpos/rope degradation at 4L = 0.833 [0.833, 0.833]"
+    assert v[13].measured == "kerple_log/alibi ppl(4L) = 0.961 [0.961, 0.961]"
+    assert v[10].source.startswith("Ruoss et al.") and v[12].source.startswith("Sun et al.")
+    assert v[13].source.startswith("Chi et al.") and v[14].source.startswith("Li et al.")
+    assert v[10].interval == "Student-t over seeds 0, 1 (log scale)"
+
+
+def test_a_missing_randomized_run_is_named_with_its_positions(tmp_path):
+    runs = [r for r in encodings_runs(tmp_path) if not r.name.startswith("rope-L16-s0-random")
+            and not r.name.startswith("rope-L16-s1-random")]
+    v = by_number(verdicts(runs, ENCODINGS, 512))
+    assert v[10].verdict == UNMEASURED and v[12].verdict == HOLDS
+    assert v[10].measured == ("not measured: no completed run of rope L=16 "
+                              "train.random_positions=64 with nonoverlapping points")
+
+
+SHIPPED = sorted(p.stem for p in (Path(CONFIG_DIR) / "reproduce").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_shipped_preset_composes_every_run(name, tmp_path):
+    """Each run of each shipped preset composes and passes the config check, at every seed,
+    and no two share a run directory."""
+    preset = load_preset(name, Path(CONFIG_DIR))
+    paths = set()
+    for seed in preset_seeds(preset, name):
+        for run in preset_runs(preset):
+            cfg = compose([*preset.overrides, f"experiment={preset.experiment}",
+                           f"results_dir={tmp_path}", *run, f"seed={seed}"])
+            paths.add(Path(cfg.results_dir) / cfg.experiment / cfg.run_name)
+    assert len(paths) == len(preset_runs(preset)) * len(preset_seeds(preset, name))
+    report_dir(preset, name)
+
+
+def test_the_encodings_presets_train_every_encoding_and_share_their_base_presets_runs(
+        tmp_path):
+    from posexp.encodings import ENCODINGS as REGISTERED
+
+    for name, base in (("encodings", "cpu"), ("encodings-gpu", "gpu")):
+        preset, other = (load_preset(n, Path(CONFIG_DIR)) for n in (name, base))
+        runs = preset_runs(preset)
+        assert {r[0] for r in runs if len(r) == 1} == {f"encoding={e}" for e in REGISTERED}
+        assert preset.experiment == other.experiment and report_dir(preset, name) != "report"
+
+        def identity(p: DictConfig, run: list[str]) -> tuple:
+            cfg = compose([*p.overrides, f"experiment={p.experiment}", *run, "seed=0"])
+            return cfg.run_name, C.identity(cfg)
+
+        shared = [run for run in other.runs if list(run) in runs]
+        assert len(shared) >= 6
+        for run in shared:
+            assert identity(preset, list(run)) == identity(other, list(run))
+
+
+@pytest.mark.parametrize("report", ["../out", "a/b", ".", ".hidden"])
+def test_a_preset_report_is_a_directory_beside_its_runs(report):
+    with pytest.raises(UsageError, match="report must be a directory name beside its runs"):
+        report_dir(OmegaConf.create({"report": report}), "p")
+
+
 # --- RoPE context extension (claims: rope-scaling) -----------------------------------------
 ROPE_PRESET = OmegaConf.create({"claims": "rope-scaling", "train_seq_len": 16, "thresholds": {
     "factor": 4, "pi_cost": 1.05, "finetune_gap": 0.05}})
@@ -389,7 +534,7 @@ def test_rope_scaling_suite_trains_scores_and_fine_tunes(posexp_here, tmp_path):
 
 
 @pytest.mark.parametrize("fields,message", [
-    ({"claims": "ropes"}, "claims must be one of press, rope-scaling, got 'ropes'"),
+    ({"claims": "ropes"}, "claims must be one of press, rope-scaling, encodings, got 'ropes'"),
     ({"finetunes": [{"parent": ["encoding=rope"], "overrides": ["encoding.scaling=yarn"]}]},
      "the parent of fine-tune ['encoding.scaling=yarn'] (['encoding=rope']) is not one of its "
      "runs"),
