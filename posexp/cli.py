@@ -764,17 +764,14 @@ def eval_(
     try:
         from posexp.runs import Run
 
-        overrides = [a for a in ctx.args if a not in ("--cfg", "-c", "job", "--resolve")]
-        unknown = [a for a in overrides if a.startswith("-")]
-        if unknown:
-            raise UsageError(f"posexp eval has no option {unknown[0]!r}; it takes RUN_DIR, "
-                             "overrides of eval.*, device and attention, and --cfg job")
+        overrides, show = saved_run_args(ctx.args, "eval", "RUN_DIR, overrides of eval.*, "
+                                         "device and attention")
         run = Run.open(run_dir)
         cfg = apply_overrides(run.config(), overrides, allowed=EVAL_KEYS, run_dir=run_dir)
         C.check_device_name(cfg.device)
         C.check_eval(cfg)
         C.check_attention(cfg)
-        if "--cfg" in ctx.args or "-c" in ctx.args:
+        if show:
             print_config(cfg, None)
             return
         from posexp.experiment import evaluate_dir
@@ -782,6 +779,17 @@ def eval_(
         evaluate_dir(run_dir, cfg)
     except BaseException as e:
         fail(e)
+
+
+def saved_run_args(args: list[str], command: str, takes: str) -> tuple[list[str], bool]:
+    """The overrides of a command on a saved run (eval, finetune), and whether --cfg job asks
+    for its config instead of running it; any other option is refused by name."""
+    overrides = [a for a in args if a not in ("--cfg", "-c", "job", "--resolve")]
+    unknown = [a for a in overrides if a.startswith("-")]
+    if unknown:
+        raise UsageError(f"posexp {command} has no option {unknown[0]!r}; it takes {takes}, "
+                         "and --cfg job")
+    return overrides, "--cfg" in args or "-c" in args
 
 
 @app.command(cls=Command, context_settings=EXTRA)
@@ -1178,13 +1186,9 @@ def finetune(
                       encoding.scaling=linear encoding.scaling.factor=4
     """
     try:
-        overrides = [a for a in ctx.args if a not in ("--cfg", "-c", "job", "--resolve")]
-        unknown = [a for a in overrides if a.startswith("-")]
-        if unknown:
-            raise UsageError(f"posexp finetune has no option {unknown[0]!r}; it takes "
-                             "PARENT_RUN, overrides and --cfg job")
+        overrides, show = saved_run_args(ctx.args, "finetune", "PARENT_RUN, overrides")
         cfg = finetune_config(parent_dir, overrides)
-        if "--cfg" in ctx.args or "-c" in ctx.args:
+        if show:
             print_config(cfg, None)
             return
         from posexp.experiment import run

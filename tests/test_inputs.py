@@ -302,6 +302,8 @@ BAD = [
     # posexp eval and resume
     (["eval"], 2, ["Missing argument 'RUN_DIR'", "posexp eval --help"]),
     (["eval", RUN, "--foo"], 2, ["posexp eval has no option '--foo'"]),
+    (["finetune", RUN, "--foo"], 2, ["posexp finetune has no option '--foo'; it takes "
+                                     "PARENT_RUN, overrides, and --cfg job"]),
     (["eval", RUN, "model.d_model=64"], 2, ["posexp eval can change only eval.*"]),
     (["eval", RUN, "eval.strde=3"], 2, ["eval has no key 'strde'; did you mean 'stride'?"]),
     (["eval", RUN, "eval.lengths=[16,16]"], 2, ["eval.lengths lists 16 more than once"]),
