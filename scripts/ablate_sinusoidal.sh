@@ -15,7 +15,7 @@ variants=(
   "learned|encoding=learned"
   "paper|encoding=sinusoidal encoding.hparams.scale_tokens=true encoding.hparams.table_scale=1"
   "paper-untied|encoding=sinusoidal encoding.hparams.scale_tokens=true model.tie_weights=false"
-  "table-d^-0.5|encoding=sinusoidal encoding.hparams.scale_tokens=false encoding.hparams.table_scale=$d_inv_sqrt"
+  "table-rsqrt-d|encoding=sinusoidal encoding.hparams.scale_tokens=false encoding.hparams.table_scale=$d_inv_sqrt"
   "learned-scale|encoding=sinusoidal encoding.hparams.scale_tokens=false encoding.hparams.table_scale=$d_inv_sqrt encoding.hparams.learn_scale=true"
   "table-matched|encoding=sinusoidal encoding.hparams.scale_tokens=false encoding.hparams.table_scale=$matched"
 )
