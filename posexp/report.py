@@ -118,7 +118,8 @@ class Series:
     mode: str
     region: Region
     members: list[RunResult]
-    parts: list[tuple[str, str]] = field(default_factory=list)  # label: (key name, value)
+    # label: (key name, value; None for another encoding's own setting, which it lacks)
+    parts: list[tuple[str, str | None]] = field(default_factory=list)
     scored: str | None = None  # label: the region, when the report holds more than one
     scalings: bool = False  # whether the report holds RoPE-scaled points or fine-tunes
     strides: list[str | None] = field(default_factory=lambda: [None])  # sliding: settings
@@ -145,7 +146,7 @@ class Series:
     @property
     def label(self) -> str:
         words = [curve_name(self.encoding, self.train_len, self.scaling, self.fine_tune),
-                 *(f"{k}={v}" for k, v in self.parts)]
+                 *(f"{k}={v}" for k, v in self.parts if v is not None)]
         if self.scored:
             words.append(f"scored {self.scored}")
         return " · ".join(words)
@@ -156,7 +157,8 @@ class Series:
         scaled = [("fine-tune", f"from L={tuned[0]}" + (f", {scaling_text(tuned[1])}"
                                                        if tuned[1] else "") if tuned else "-"),
                   ("RoPE scaling", scaling_text(self.scaling) if self.scaling else "-")]
-        return [*self.parts, *(scaled if self.scalings else []),
+        return [*((k, "-" if v is None else v) for k, v in self.parts),
+                *(scaled if self.scalings else []),
                 *([("scored", self.scored)] if self.scored else [])]
 
     def points(self, run: RunResult, stride: str | None) -> dict[int, dict]:
@@ -283,7 +285,9 @@ def build_series(runs: list[RunResult]) -> tuple[list[Series], list[list[RunResu
     scalings = any(s.scaling or s.fine_tune for s in series)
     for s in series:
         ident = identities[s.config]
-        s.parts = [(names[k], _text(ident.get(k))) for k in keys]
+        # an encoding's own settings name only the series of encodings that have them
+        s.parts = [(names[k], _text(ident.get(k)) if k in ident or not k.startswith(
+            "encoding.") else None) for k in keys]
         s.scored = region_text(s.region) if several_regions else None
         s.scalings = scalings
         if s.mode == "sliding":

@@ -197,6 +197,23 @@ def test_a_derived_key_is_named_when_only_it_tells_series_apart(tmp_path):
     assert ppl_at(series[0], 32) is None and ppl_at(series[1], 32) == 6.0
 
 
+def test_an_encodings_own_settings_label_only_its_series(tmp_path):
+    """Sinusoidal variants differ in their hparams; the learned run beside them has none:
+    its label and table cells do not name sinusoidal's settings (not as 'None' either)."""
+    make_run(tmp_path, "paper", encoding="sinusoidal", ppl={16: 5.0, 32: 9.0})
+    make_run(tmp_path, "small", "encoding.hparams.table_scale=0.25", encoding="sinusoidal",
+             ppl={16: 6.0, 32: 9.0})
+    make_run(tmp_path, "learned", encoding="learned", ppl={16: 4.0, 32: None})
+    runs, _ = load_runs(tmp_path)
+    series, _ = build_series(runs)
+    assert [s.label for s in series] == ["learned L=16", "sinusoidal L=16 · table_scale=0.25",
+                                         "sinusoidal L=16 · table_scale=1"]
+    md = markdown(runs, [], "t")
+    assert "| encoding | L_train | table_scale | seeds | 16 | 32 |" in md
+    assert "| learned | 16 | - | 1 | **4.000** | n/a |" in md
+    assert "| sinusoidal | 16 | 0.25 | 1 | **6.000** | 9.000 |" in md
+
+
 def test_runs_of_the_same_config_and_seed_count_once(tmp_path, capsys):
     make_run(tmp_path, "a-s0", ppl={16: 4.0, 32: 4.0, 64: 4.0})
     make_run(tmp_path, "b-s0", ppl={16: 100.0, 32: 100.0, 64: 100.0})  # same seed as a-s0
