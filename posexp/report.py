@@ -795,7 +795,8 @@ def _legend_and_caption(body, ax, caption: list[str], bands: bool) -> None:
     if bands:
         handles.append(Patch(color=GREY, alpha=0.3, linewidth=0))
         labels.append(f"{PERCENT} interval")
-    body.legend(handles, labels, loc="outside right upper", fontsize=10, frameon=False)
+    body.legend(handles, [legend_label(label) for label in labels], loc="outside right upper",
+                fontsize=10, frameon=False)
     lines = [line for text in caption  # paths and commands stay whole
              for line in textwrap.wrap(text, CAPTION_WRAP, subsequent_indent="    ",
                                        break_long_words=False, break_on_hyphens=False)]
@@ -804,6 +805,21 @@ def _legend_and_caption(body, ax, caption: list[str], bands: bool) -> None:
         body.legend([blank] * len(lines), lines, loc="outside lower left", fontsize=9,
                     frameon=False, handlelength=0, handletextpad=0, borderaxespad=0.2,
                     labelspacing=0.25)
+
+
+LEGEND_WRAP = 44  # characters: a longer label goes on more lines, so the axes keep their width
+
+
+def legend_label(label: str) -> str:
+    """A series label on lines of at most LEGEND_WRAP characters, broken between its parts
+    ('rope L=16 · d_model=32 · ...'); a single part longer than that stays whole."""
+    lines: list[str] = []
+    for part in label.split(" · "):
+        if lines and len(lines[-1]) + 3 + len(part) <= LEGEND_WRAP:
+            lines[-1] += f" · {part}"
+        else:
+            lines.append(part if not lines else f"· {part}")
+    return "\n".join(lines)
 
 
 def _interval_caption(intervals: list[Interval]) -> list[str]:

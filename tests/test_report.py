@@ -765,3 +765,16 @@ def test_cli_report_names_a_damaged_run_and_reports_the_rest(posexp, tmp_path):
     assert "| rope | 16 | 1 | **4.000** | 5.000 | 6.000 |" in md
     assert "| rope | 16 | 1 | **1.000** | 1.250 | 1.500 |" in md
     assert "| res/bad | damaged | res/bad/run.json is damaged: no 'seq_len' |" in md
+
+
+def test_long_legend_labels_break_between_their_parts():
+    from posexp.report import LEGEND_WRAP, legend_label
+
+    label = ("sinusoidal L=64 · learn_scale=False · scale_tokens=True · table_scale=1 · "
+             "tie_weights=False (2 seeds)")
+    lines = legend_label(label).split("\n")
+    assert lines == ["sinusoidal L=64 · learn_scale=False", "· scale_tokens=True · table_scale=1",
+                     "· tie_weights=False (2 seeds)"]
+    assert all(len(line) <= LEGEND_WRAP for line in lines)
+    assert legend_label("rope L=16") == "rope L=16"
+    assert legend_label("x" * 60) == "x" * 60  # one part stays whole
