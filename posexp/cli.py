@@ -645,7 +645,6 @@ def help_page(a: Args, command: str) -> str:
     """posexp train's -h page: Hydra's help template (hydra.help.template in
     configs/config.yaml), with $APP_CONFIG_GROUPS the groups a user chooses from and $CONFIG
     the main keys with the values this command line would use."""
-
     cfg = compose_overrides(a.overrides, a.flags, with_hydra=True, command=command)
     choices = cfg.hydra.runtime.choices
     groups = []
