@@ -748,12 +748,15 @@ def eval_(
     stride, scored tokens and RoPE scaling is replaced). A RoPE run can be scored with
     context-extension scalings: eval.rope_scaling=METHOD (linear, ntk, dynamic, yarn,
     llama3; plain: as trained) and eval.rope_scaling.factor=S, each a comma list whose every
-    combination is scored by this one process, on the same tokens. --cfg job prints the
-    config it would use.
+    combination is scored by this one process, on the same tokens. A task run (data=task)
+    is scored at eval.task_lengths, on task.eval_count held-out instances of
+    task.eval_seed (passkey: at each of task.depths); only the task points eval.json lacks
+    are scored. --cfg job prints the config it would use.
 
     \b
     Examples:
       posexp eval results/default/alibi-L64-s0 eval.lengths=[64,128,4096]
+      posexp eval results/default/nope-L64-s0 eval.task_lengths=[16,32,64,128]
       posexp eval results/default/alibi-L64-s0 eval.mode=sliding eval.stride=32
       posexp eval results/default/rope-L64-s0 eval.rope_scaling=yarn eval.rope_scaling.factor=8
       posexp eval results/default/rope-L64-s0 eval.rope_scaling=linear,ntk,dynamic,yarn
@@ -1153,7 +1156,8 @@ def resume(
         fail(e)
 
 
-EVAL_KEYS = ("eval.", "device", "attention")
+# a task run's evaluation settings are eval.task_lengths and these of the task group
+EVAL_KEYS = ("eval.", "device", "attention", "task.eval_count", "task.eval_seed", "task.depths")
 # what a fine-tune may change of its parent's config: how it trains on, not what it is
 FINETUNE_KEYS = ("train.", "eval.", "encoding.scaling", "seed", "device", "attention",
                  "logger.", "results_dir", "experiment", "run_name")
@@ -1260,6 +1264,9 @@ def apply_overrides(saved: DictConfig, args: list[str], allowed: tuple[str, ...]
             problem = C.unknown_key(key)
             if problem:
                 raise UsageError(problem)
+            if key.startswith("task.") and cfg.get("task") is None:
+                raise UsageError(f"{key}: this run has no task; it trains on "
+                                 f"data={cfg.data.name}, not on a task (data=task)")
             value = o.value()
             if "_target_" in _keys_in(value):
                 raise UsageError(f"{arg!r} is refused: {CODE}")

@@ -27,6 +27,9 @@ from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf, open_dict
 
 from posexp.errors import UsageError
 
+if typing.TYPE_CHECKING:
+    from posexp.data.tasks import Task
+
 # auto (CUDA when present, else the CPU), cpu, cuda (the current GPU), cuda:N, mps (Apple)
 DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d{1,4})?")
 
@@ -51,6 +54,7 @@ class DataSource(str, Enum):
     text = "text"  # local files
     enwik8 = "enwik8"  # the enwik8 file, cut at the standard byte offsets
     hub = "hub"  # a Hugging Face Hub dataset through `datasets`
+    task = "task"  # an algorithmic task (the task group), generated (posexp/data/tasks)
 
 
 class TokenizerKind(str, Enum):
@@ -139,6 +143,17 @@ class DataConfig:
 
 
 @dataclass
+class TaskConfig:
+    """task: the algorithmic task of a data=task run (posexp/data/tasks).  Only the name is
+    identity; the rest says how the run is evaluated, and is recorded in each task point."""
+
+    name: str = MISSING  # copy | reverse | sort | parity | addition | recall | passkey
+    eval_count: int = 200  # held-out instances per length (and depth)
+    eval_seed: int = 0  # seeds the held-out instances (data.tasks.heldout)
+    depths: list[float] = field(default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0])  # passkey
+
+
+@dataclass
 class TrainConfig:
     seq_len: int = 64
     tokens: int = 2_000_000
@@ -174,6 +189,8 @@ class EvalConfig:
     batch_tokens: int = 32_768  # tokens per forward pass
     per_position_buckets: int = 4  # per doubling of position (evaluate.bucket_edges)
     rope_scaling: EvalScalingConfig = field(default_factory=EvalScalingConfig)
+    # data=task: the task lengths scored; default 1, 2, 4, 8 x the longest length trained on
+    task_lengths: list[int] | None = None
 
 
 class WandbMode(str, Enum):
@@ -213,6 +230,7 @@ class Config:
     train: TrainConfig = MISSING
     eval: EvalConfig = MISSING
     logger: LoggerConfig = MISSING
+    task: TaskConfig | None = None  # data=task only: task=NAME chooses it
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps (DEVICE)
     attention: Attention = Attention.auto
@@ -232,6 +250,7 @@ def register() -> None:
         ("train", TrainConfig),
         ("eval", EvalConfig),
         ("logger", LoggerConfig),
+        ("task", TaskConfig),
     ]:
         cs.store(group=group, name=f"{group}_schema", node=node)
 
@@ -288,13 +307,45 @@ def positions_trained(cfg: DictConfig) -> int:
     return cfg.train.get("random_positions") or cfg.train.seq_len
 
 
+def is_task_run(cfg: DictConfig) -> bool:
+    """Whether the run trains on an algorithmic task (data=task) rather than a corpus."""
+    return (cfg.data.get("source") or cfg.data.name) == DataSource.task.value
+
+
+def task_of(cfg: DictConfig) -> Task:
+    """The task of a data=task run."""
+    from posexp.data.tasks import get_task  # not at the top: posexp.data imports this module
+
+    return get_task(cfg.task.name)
+
+
+def task_max_length(cfg: DictConfig) -> int:
+    """n_max: the longest task length whose instances fit in train.seq_len tokens; training
+    draws lengths up to it."""
+    from posexp.data.tasks import max_length_within
+
+    return max_length_within(task_of(cfg), cfg.train.seq_len)
+
+
+def task_lengths(cfg: DictConfig) -> list[int]:
+    """The task lengths a data=task run is scored at: eval.task_lengths, by default 1, 2, 4
+    and 8 x n_max (task_max_length)."""
+    lengths = cfg.eval.get("task_lengths")
+    if lengths is None:
+        return [task_max_length(cfg) * k for k in (1, 2, 4, 8)]
+    return list(lengths)
+
+
 def resolve(cfg: DictConfig) -> DictConfig:
     """The config with every derived value filled in -- the one place they are decided:
-    eval.lengths (1-16 x seq_len), model.d_ff (4 x d_model), encoding.max_positions
-    (seq_len) and train.batch_size (batch_tokens / seq_len).  Idempotent; ``cfg`` is checked."""
+    eval.lengths (1-16 x seq_len), eval.task_lengths of a task run (1-8 x n_max),
+    model.d_ff (4 x d_model), encoding.max_positions (seq_len) and train.batch_size
+    (batch_tokens / seq_len).  Idempotent; ``cfg`` is checked."""
     out = cfg.copy()
     with open_dict(out):
         out.eval.lengths = eval_lengths(cfg)
+        if is_task_run(cfg) and cfg.get("task") is not None:
+            out.eval.task_lengths = task_lengths(cfg)
         out.model.d_ff = cfg.model.d_ff or 4 * cfg.model.d_model
         out.encoding.max_positions = cfg.encoding.max_positions or positions_trained(cfg)
         if cfg.train.get("batch_tokens") is not None:  # absent in configs of older runs
@@ -309,12 +360,13 @@ def resolve(cfg: DictConfig) -> DictConfig:
 NOT_IDENTITY = ("results_dir", "experiment", "run_name", "device", "attention", "eval",
                 "logger", "train.resume", "train.compile", "train.log_every",
                 "train.val_every_tokens", "train.val_tokens", "train.checkpoint_every",
-                "data.cache_dir", "parent.run")
+                "data.cache_dir", "parent.run", "task.eval_count", "task.eval_seed",
+                "task.depths")
 # Nodes that are off unless their first key is set: then none of their keys is identity, so a
 # run without them has the identity it had before posexp knew them.
 OPTIONAL_NODES = (("encoding.scaling", "method"), ("parent", "identity"))
 # Keys that are off when null: then they are not identity either (as OPTIONAL_NODES).
-OPTIONAL_KEYS = ("train.random_positions", "encoding.module")
+OPTIONAL_KEYS = ("train.random_positions", "encoding.module", "task")
 # Identity keys that follow the seed: a fine-tune's parent is another run at each seed.
 SEED_KEYS = ("seed", "parent.identity", "parent.weights_sha256")
 
@@ -353,18 +405,28 @@ def identity_diff(a: dict, b: dict) -> list[str]:
 
 
 # --- the schema's keys -------------------------------------------------------------------
-GROUPS = ("model", "encoding", "data", "train", "eval", "logger")
+GROUPS = ("model", "encoding", "data", "train", "eval", "logger", "task")
+
+
+def _optional(kind: object) -> object:
+    """The node type of an optional node (``TaskConfig | None``); any other type as it is."""
+    args = typing.get_args(kind)
+    if len(args) == 2 and type(None) in args:
+        node = next(a for a in args if a is not type(None))
+        if dataclasses.is_dataclass(node):
+            return node
+    return kind
 
 
 @functools.cache
 def schema_keys(node: str = "") -> dict[str, object]:
     """{key: type} of the schema node ``node`` ("" for the top level, "train",
-    "eval.rope_scaling", ...)."""
+    "eval.rope_scaling", ...); an optional node (task) by its node type."""
     schema: object = Config
     for part in filter(None, node.split(".")):
-        schema = typing.get_type_hints(schema)[part]
+        schema = _optional(typing.get_type_hints(schema)[part])
     hints = typing.get_type_hints(schema)
-    return {f.name: hints[f.name] for f in dataclasses.fields(schema)}
+    return {f.name: _optional(hints[f.name]) for f in dataclasses.fields(schema)}
 
 
 def is_node(kind: object) -> bool:
@@ -426,6 +488,9 @@ MAX_BATCH_TOKENS = 2**26  # tokens in one training or evaluation batch
 MAX_BUCKETS = 64  # eval.per_position_buckets, per doubling of position
 MAX_VOCAB = 2**18  # data.vocab_size (the largest vocabularies in use are about 256k)
 MAX_PARAMS = 10**10  # the model, counted from its shape
+MAX_TASK_LENGTH = 2**20  # each of eval.task_lengths (a task's own length, not tokens)
+MAX_TASK_COUNT = 2**16  # task.eval_count, held-out instances per length
+MAX_TASK_TOKENS = 2**28  # the held-out instances of one length, all in memory (int64)
 LOGGERS = ("local", "wandb")  # posexp/sinks.py
 
 
@@ -523,7 +588,76 @@ def check(cfg: DictConfig) -> None:
     check_model(cfg)
     check_attention(cfg)
     check_train(cfg.train)
+    check_task(cfg)
     check_eval(cfg)
+
+
+def check_task(cfg: DictConfig) -> None:
+    """data=task and a task (task=NAME) come together; the task is one posexp has, and its
+    shortest instance fits in train.seq_len."""
+    from posexp.data.tasks import TASKS, max_length_within
+
+    node = cfg.get("task")
+    if not is_task_run(cfg):
+        if node is not None:
+            raise UsageError(f"task={node.name} is set, but this run trains on "
+                             f"data={cfg.data.name}; add data=task to train on the task")
+        return
+    if node is None:
+        raise UsageError(f"data=task needs a task: add task=NAME, one of {', '.join(TASKS)}")
+    if node.name not in TASKS:
+        raise UsageError(f"task.name {node.name!r} is not a task posexp has; known: "
+                         f"{', '.join(TASKS)}")
+    try:
+        max_length_within(TASKS[node.name], cfg.train.seq_len)
+    except ValueError as e:
+        raise UsageError(f"train.seq_len is too short for the task: {e}") from None
+
+
+def check_task_eval(cfg: DictConfig) -> None:
+    """eval.task_lengths and the task's evaluation settings (count, seed, passkey depths)."""
+    lengths = cfg.eval.get("task_lengths")
+    if lengths is not None and not is_task_run(cfg):
+        raise UsageError("eval.task_lengths is set, but this run is not a task run "
+                         "(data=task task=NAME); its lengths are eval.lengths")
+    if lengths is not None:
+        if not lengths:
+            raise UsageError("eval.task_lengths is empty")
+        for length in lengths:
+            _positive("each of eval.task_lengths", length, MAX_TASK_LENGTH)
+        twice = sorted({n for n in lengths if list(lengths).count(n) > 1})
+        if twice:
+            raise UsageError(f"eval.task_lengths lists {', '.join(map(str, twice))} more than "
+                             "once; list each length once")
+    node = cfg.get("task")
+    if node is None:
+        return
+    if not is_task_run(cfg):
+        raise UsageError(f"task.* is set, but this run trains on data={cfg.data.name}, not "
+                         "on a task (data=task)")
+    _positive("task.eval_count", node.eval_count, MAX_TASK_COUNT)
+    from posexp.data.tasks import TASKS
+
+    if lengths and node.name in TASKS:
+        tokens = node.eval_count * TASKS[node.name].tokens_for(max(lengths))
+        if tokens > MAX_TASK_TOKENS:
+            raise UsageError(f"task.eval_count x the tokens of an instance at the longest of "
+                             f"eval.task_lengths ({tokens:,}) must be at most "
+                             f"{MAX_TASK_TOKENS:,} ({_power(MAX_TASK_TOKENS)}): the instances "
+                             "of a length are held in memory")
+    if isinstance(node.eval_seed, bool) or not isinstance(node.eval_seed, int) or not (
+            0 <= node.eval_seed <= MAX_SEED):
+        raise UsageError(f"task.eval_seed must be an integer in [0, 2**63 - 1], "
+                         f"got {node.eval_seed}")
+    depths = list(node.depths)
+    if not depths:
+        raise UsageError("task.depths is empty (passkey's depths, each in [0, 1])")
+    for depth in depths:
+        _in_range("each of task.depths", depth, 0.0, 1.0)
+    twice = sorted({d for d in depths if depths.count(d) > 1})
+    if twice:
+        raise UsageError(f"task.depths lists {', '.join(f'{d:g}' for d in twice)} more than "
+                         "once; list each depth once")
 
 
 def check_device_name(device: str) -> None:
@@ -701,7 +835,7 @@ def check_model(cfg: DictConfig) -> None:
     # parameters counted from the shape: attention 4 d^2, MLP 2 d d_ff, embeddings, encoding
     d, d_ff = m.d_model, m.d_ff or 4 * m.d_model
     vocab = cfg.data.vocab_size if TokenizerKind(cfg.data.tokenizer) != TokenizerKind.byte \
-        else 256
+        or is_task_run(cfg) else 256
     params = m.n_layer * (4 * d * d + 2 * d * d_ff) + 2 * vocab * d + encoding_params(cfg)
     if params > MAX_PARAMS:
         raise UsageError(f"this model would have about {params:.2g} parameters, more than "
@@ -811,6 +945,13 @@ def check_data(d: DictConfig) -> None:
                              "reads data.path, data=hf data.hf_name)")
     _in_range("data.val_fraction", d.val_fraction, 0.0, 1.0, low_open=True, high_open=True)
     tokenizer = TokenizerKind(d.tokenizer)
+    if source == DataSource.task:
+        from posexp.data.tasks import VOCAB_SIZE
+
+        if tokenizer != TokenizerKind.byte or d.vocab_size != VOCAB_SIZE:
+            raise UsageError(f"data=task has its own vocabulary of {VOCAB_SIZE} tokens: "
+                             "data.tokenizer and data.vocab_size stay as configs/data/task.yaml "
+                             "sets them")
     _positive("data.vocab_size", d.vocab_size, MAX_VOCAB)
     if tokenizer == TokenizerKind.bpe and d.vocab_size <= 256:
         raise UsageError(f"data.vocab_size must be above 256 (the byte alphabet) for "
@@ -863,6 +1004,7 @@ def check_eval(cfg: DictConfig) -> None:
             )
     if mode == EvalMode.sliding and e.stride is None and min(lengths) < 2:
         raise UsageError("sliding evaluation needs windows of at least 2 tokens")
+    check_task_eval(cfg)
     check_eval_scaling(cfg)
 
 

@@ -3,7 +3,9 @@ record.  `posexp train`, sweep jobs, `posexp resume`, `posexp finetune`, `posexp
 `posexp eval` all go through here; train.py keeps only the training loop.  A fine-tune is a
 run like any other whose first attempt starts from its parent's weights (parent_record,
 parent_weights); evaluation scores the run as trained and with the RoPE scalings
-eval.rope_scaling asks for, the model loaded once.
+eval.rope_scaling asks for, the model loaded once.  A task run (data=task) reads no corpus:
+it trains on generated instances and is scored by evaluate_tasks, its task points in
+eval.json where a corpus run has its curve.
 
 What happens to the directory results_dir/experiment/run_name (with train.resume=true, the
 default), under its lock:
@@ -31,7 +33,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import torch
@@ -40,10 +42,12 @@ from tqdm.auto import tqdm
 
 from posexp import config as C
 from posexp.data import Corpus, load_corpus
+from posexp.data.tasks import TaskData
 from posexp.distributed import World, barrier, join, leave
 from posexp.encodings.rope_scaling import RopeScaling
 from posexp.errors import PosexpError, UsageError
 from posexp.evaluate import check_val_size, count_windows, extrapolation_curve, scored_region
+from posexp.evaluate_tasks import task_curve
 from posexp.model import GPT
 from posexp.runs import (
     CHECKPOINT,
@@ -56,6 +60,7 @@ from posexp.runs import (
     point_scaling,
     scaling_key,
     scaling_text,
+    task_point_key,
     versions,
 )
 from posexp.sinks import Sink, open_sink
@@ -72,6 +77,8 @@ from posexp.train import (
 
 # What to score: (RoPE scaling record, or None for the model as trained; lengths)
 Wanted = list[tuple[dict | None, list[int]]]
+# What to score of a task run: (RoPE scaling record or None; (length, depth) pairs)
+TaskWanted = list[tuple[dict | None, list[tuple[int, float | None]]]]
 
 
 def run_dir(cfg: DictConfig) -> Path:
@@ -135,6 +142,13 @@ def existing(run: Run, cfg: DictConfig) -> dict | None:
     return info
 
 
+def load_data(cfg: DictConfig) -> Corpus | TaskData:
+    """The corpus of cfg.data, or a task run's TaskData: a task run reads no corpus."""
+    if C.is_task_run(cfg):
+        return TaskData(C.task_of(cfg), C.task_max_length(cfg))
+    return load_corpus(cfg.data)
+
+
 def run_scalings(cfg: DictConfig) -> list[dict | None]:
     """The RoPE scalings a run (train, sweep, resume, finetune) scores: as trained, always,
     and those eval.rope_scaling asks for."""
@@ -145,6 +159,8 @@ def run_scalings(cfg: DictConfig) -> list[dict | None]:
 def score_missing(run: Run, cfg: DictConfig, device: torch.device, info: dict) -> str:
     """A completed run of this identity: score only the points cfg.eval asks for that
     eval.json lacks (none: "skipped")."""
+    if C.is_task_run(cfg):
+        return score_missing_tasks(run, cfg, device, run_scalings(cfg))
     have = scored_points(run)
     scalings = run_scalings(cfg)
     val_tokens = info.get("corpus", {}).get("val_tokens")
@@ -174,16 +190,79 @@ def score_missing(run: Run, cfg: DictConfig, device: torch.device, info: dict) -
     return "scored"
 
 
-def scored_points(run: Run) -> set[tuple]:
-    """The keys of the points in a run's eval.json; a damaged eval.json is renamed out of
-    the way (kept, never read again) so that the run can be scored afresh."""
+def read_scored(run: Run) -> dict:
+    """A run's eval.json; a damaged one is renamed out of the way (kept, never read again)
+    so that the run can be scored afresh, and reads as empty."""
     try:
-        return {point_key(p) for p in run.read_eval()["curve"]}
+        return run.read_eval()
     except PosexpError as e:
         aside = run.set_aside_eval()
         print(f"posexp: warning: {e}; kept as {aside.name}, scoring the run again",
               file=sys.stderr)
-        return set()
+        return {"curve": [], "per_position": [], "tasks": []}
+
+
+def scored_points(run: Run) -> set[tuple]:
+    """The keys of the curve points in a run's eval.json (read_scored)."""
+    return {point_key(p) for p in read_scored(run)["curve"]}
+
+
+def score_missing_tasks(run: Run, cfg: DictConfig, device: torch.device,
+                        scalings: list[dict | None], header: str | None = None) -> str:
+    """A completed task run: score only the task points cfg asks for (with ``scalings``)
+    that eval.json lacks, saying which (none: "skipped").  ``header`` (posexp eval's) is
+    printed before the scoring starts."""
+    have = {task_point_key(p) for p in read_scored(run)["tasks"]}
+    missing = [want for key, want in requested_tasks(cfg, scalings).items() if key not in have]
+    n_max = C.task_max_length(cfg)
+    if not missing:
+        print(f"posexp: {run.path}: already completed, and eval.json holds every task point "
+              "asked for; " + ("nothing to score" if header else "skipped (train.resume=false "
+                               "moves it aside and trains it again)"), file=sys.stderr)
+        print(format_tasks(requested_task_points(run, cfg, scalings), n_max, str(run.path)))
+        return "skipped"
+    wanted = group_wanted(missing)
+    print(f"posexp: {run.path}: completed; scoring the {len(missing)} task point(s) that "
+          f"eval.json lacks ({wanted_text(wanted)}) from its checkpoint", file=sys.stderr)
+    evaluate(run, cfg, device, wanted, header=header, scalings=scalings)
+    return "scored"
+
+
+def requested_tasks(cfg: DictConfig,
+                    scalings: list[dict | None]) -> dict[tuple, tuple[dict | None, int,
+                                                                      float | None]]:
+    """task_point_key -> (scaling record, length, depth) of each task point a task run's
+    config asks for: every length of eval.task_lengths (and for passkey every depth of
+    task.depths) with each of ``scalings``, on task.eval_count instances of task.eval_seed."""
+    task, t = C.task_of(cfg), cfg.task
+    depths = [float(d) for d in t.depths] if task.takes_depth else [None]
+    return {task_point_key({"task": task.name, "length": length, "depth": depth,
+                            "count": t.eval_count, "eval_seed": t.eval_seed,
+                            "rope_scaling": record}): (record, length, depth)
+            for record in scalings for length in C.task_lengths(cfg) for depth in depths}
+
+
+def group_wanted(wants: Iterable[tuple[dict | None, int, float | None]]) -> TaskWanted:
+    """(record, length, depth) triples as TaskWanted: the pairs of each scaling, in order."""
+    grouped: dict[tuple, tuple[dict | None, list]] = {}
+    for record, length, depth in wants:
+        grouped.setdefault(scaling_key(record), (record, []))[1].append((length, depth))
+    return list(grouped.values())
+
+
+def wanted_text(wanted: TaskWanted) -> str:
+    """'length 32, 64' or 'length 64 at depth 0.5, ...', per scaling where there are any."""
+    parts = []
+    for record, pairs in wanted:
+        where = ", ".join(str(n) if d is None else f"{n} at depth {d:g}" for n, d in pairs)
+        parts.append(f"length {where}" if record is None and len(wanted) == 1 else
+                     f"{scaling_text(scaling_key(record))} at length {where}")
+    return "; ".join(parts)
+
+
+def requested_task_points(run: Run, cfg: DictConfig, scalings: list[dict | None]) -> list[dict]:
+    wanted = set(requested_tasks(cfg, scalings))
+    return [p for p in run.read_eval()["tasks"] if task_point_key(p) in wanted]
 
 
 def requested_points(cfg: DictConfig, val_tokens: int,
@@ -205,18 +284,21 @@ def requested_curve(run: Run, cfg: DictConfig, val_tokens: int,
     return [p for p in run.read_eval()["curve"] if point_key(p) in wanted]
 
 
-def evaluate(run: Run, cfg: DictConfig, device: torch.device, wanted: Wanted | None = None,
-             header: str | None = None, scalings: list[dict | None] | None = None) -> None:
+def evaluate(run: Run, cfg: DictConfig, device: torch.device,
+             wanted: Wanted | TaskWanted | None = None, header: str | None = None,
+             scalings: list[dict | None] | None = None) -> None:
     """Score a completed run's checkpoint (``wanted``, default: every length of cfg.eval
-    with every scaling of ``scalings``, default eval.rope_scaling's) and merge the points
-    into its eval.json; no training.  The model is loaded once for every scaling.
-    ``header`` is printed once the checkpoint is loaded, before the scoring starts."""
+    -- a task run's every task point -- with every scaling of ``scalings``, default
+    eval.rope_scaling's) and merge the points into its eval.json; no training.  The model
+    is loaded once for every scaling.  ``header`` is printed once the checkpoint is loaded,
+    before the scoring starts."""
     scalings = scalings or C.eval_scalings(cfg)
-    wanted = wanted or [(record, C.eval_lengths(cfg)) for record in scalings]
     info = run.info()
-    corpus = load_corpus(cfg.data)
+    corpus = load_data(cfg)
+    tasks = isinstance(corpus, TaskData)
     trained_on = info.get("corpus") if isinstance(info.get("corpus"), dict) else {}
-    for key, what in (("fingerprint", "corpus"), ("tokenizer_fingerprint", "tokenizer")):
+    for key, what in (("fingerprint", "task" if tasks else "corpus"),
+                      ("tokenizer_fingerprint", "vocabulary" if tasks else "tokenizer")):
         was, current = trained_on.get(key), getattr(corpus, key)
         if was and was != current:
             raise PosexpError(f"the {what} has changed since {run.path} was trained "
@@ -235,10 +317,19 @@ def evaluate(run: Run, cfg: DictConfig, device: torch.device, wanted: Wanted | N
     with signals_interrupt(info.get("steps", 0), "during evaluation; the points scored so "
                            "far are in eval.json; run the same command again to score the "
                            "rest"):
-        _, seconds = score(model, corpus, cfg, run, Sink(), device, wanted)
+        if tasks:
+            _, seconds = score_tasks(model, corpus, cfg, run, device, wanted or group_wanted(
+                requested_tasks(cfg, scalings).values()))
+        else:
+            _, seconds = score(model, corpus, cfg, run, Sink(), device, wanted or [
+                (record, C.eval_lengths(cfg)) for record in scalings])
     run.update(last_eval_at=now(), last_eval_seconds=round(seconds, 2))
-    print(format_curve(requested_curve(run, cfg, len(corpus.val), scalings), cfg.train.seq_len,
-                       str(run.path), per_byte=corpus.tokenizer != "byte"))
+    if tasks:
+        print(format_tasks(requested_task_points(run, cfg, scalings), corpus.n_max,
+                           str(run.path)))
+    else:
+        print(format_curve(requested_curve(run, cfg, len(corpus.val), scalings),
+                           cfg.train.seq_len, str(run.path), per_byte=corpus.tokenizer != "byte"))
 
 
 def evaluate_dir(path: Path, cfg: DictConfig) -> None:
@@ -252,6 +343,14 @@ def evaluate_dir(path: Path, cfg: DictConfig) -> None:
                              "can be evaluated")
         cfg = C.resolve(cfg)
         device = pick_device(cfg, training=False)
+        if C.is_task_run(cfg):
+            scalings = C.eval_scalings(cfg)
+            t = cfg.task
+            score_missing_tasks(run, cfg, device, scalings, header=(
+                f"posexp eval: {path}: task {t.name}, {t.eval_count} held-out instances "
+                f"(eval seed {t.eval_seed}) at length {', '.join(map(str, C.task_lengths(cfg)))}"
+                f" ({device})"))
+            return
         e = cfg.eval
         stride = "" if C.EvalMode(e.mode) == C.EvalMode.nonoverlapping else (
             f", stride {e.stride}" if e.stride else ", stride half of each window")
@@ -322,6 +421,35 @@ def score(model: GPT, corpus: Corpus, cfg: DictConfig, run: Run, sink: Sink,
     return curve, time.perf_counter() - t0
 
 
+def score_tasks(model: GPT, data: TaskData, cfg: DictConfig, run: Run, device: torch.device,
+                wanted: TaskWanted | None = None, progress: bool = True) -> tuple[list[dict],
+                                                                                  float]:
+    """A task run's task points (``wanted``, default: every one cfg asks for, as trained and
+    with each scaling eval.rope_scaling asks for), each scaling's written to eval.json as soon
+    as they are scored, and all of them returned.  The model is put back as trained."""
+    t = cfg.task
+    wanted = wanted or group_wanted(requested_tasks(cfg, run_scalings(cfg)).values())
+    trained = C.train_scaling(cfg)
+    t0 = time.perf_counter()
+    points = []
+    with tqdm(total=sum(len(pairs) for _, pairs in wanted), unit="pt",
+              desc=f"scoring {t.name}", leave=False, dynamic_ncols=True,
+              disable=None if progress else True, file=sys.stderr) as bar:
+        try:
+            for record, pairs in wanted:
+                if record is not None:
+                    model.set_rope_scaling(RopeScaling(**record), C.original_len(cfg))
+                new = task_curve(model, data.task, pairs, t.eval_count, t.eval_seed, device,
+                                 record, progress=bar.update)
+                run.write_eval([], None, tasks=new, train_seq_len=cfg.train.seq_len,
+                               encoding=cfg.encoding.name, corpus=data.fingerprint)
+                points += new
+        finally:
+            if any(record is not None for record, _ in wanted):
+                model.set_rope_scaling(trained and RopeScaling(**trained), C.original_len(cfg))
+    return points, time.perf_counter() - t0
+
+
 def train_and_evaluate(cfg: DictConfig, run: Run, same: bool, device: torch.device,
                        world: World, progress: bool, group: str | None) -> str:
     """Train (afresh, or from the checkpoint of an unfinished run of this identity), then
@@ -333,11 +461,13 @@ def train_and_evaluate(cfg: DictConfig, run: Run, same: bool, device: torch.devi
     if world.size > 1 and device.type == "cuda":
         device = torch.device("cuda", world.local_rank)
         torch.cuda.set_device(device)
-    corpus = load_corpus(cfg.data)
-    if len(corpus.train) <= cfg.train.seq_len + 1:
+    corpus = load_data(cfg)
+    tasks = isinstance(corpus, TaskData)
+    if not tasks and len(corpus.train) <= cfg.train.seq_len + 1:
         raise UsageError(f"the training split has {len(corpus.train)} tokens, fewer than one "
                          f"window of train.seq_len={cfg.train.seq_len}")
-    check_val_size(len(corpus.val), C.eval_lengths(cfg), cfg.eval.tokens)
+    if not tasks:
+        check_val_size(len(corpus.val), C.eval_lengths(cfg), cfg.eval.tokens)
     torch.manual_seed(cfg.seed)
     model = build_model(cfg, corpus.vocab_size).to(device)
     state = None
@@ -374,11 +504,15 @@ def train_and_evaluate(cfg: DictConfig, run: Run, same: bool, device: torch.devi
                                                                      "n_head")},
                code_version=code_version(),
                **({"parent": cfg.parent.run} if fine_tune else {}))
-    print(f"posexp: {cfg.encoding.name}, {model.n_params() / 1e6:.2f}M parameters, "
-          f"{cfg.train.tokens:,} tokens at length {cfg.train.seq_len} "
-          f"({cfg.train.batch_size} sequences a step) on {device}"
-          + (f" x {world.size} processes" if world.size > 1 else "") + f" -> {path}",
-          file=sys.stderr)
+    what = (f"task {corpus.task.name} at lengths {corpus.task.min_length}-{corpus.n_max} "
+            f"(n_max: instances up to train.seq_len={cfg.train.seq_len} tokens), "
+            f"{cfg.train.batch_size} instances a step for "
+            f"{cfg.train.tokens // (cfg.train.batch_size * cfg.train.seq_len):,} steps"
+            if tasks else f"{cfg.train.tokens:,} tokens at length {cfg.train.seq_len} "
+            f"({cfg.train.batch_size} sequences a step)")
+    print(f"posexp: {cfg.encoding.name}, {model.n_params() / 1e6:.2f}M parameters, {what} "
+          f"on {device}" + (f" x {world.size} processes" if world.size > 1 else "")
+          + f" -> {path}", file=sys.stderr)
     sink = open_sink(cfg, path, group)
     try:
         # the outer handler covers the moments between the training loop's own (which stops
@@ -392,8 +526,12 @@ def train_and_evaluate(cfg: DictConfig, run: Run, same: bool, device: torch.devi
                                    "and checkpointed; run the same command again to finish "
                                    "the evaluation"):
                 run.update(eval_started_at=now())
-                curve, seconds = score(model, corpus, cfg, run, sink, device,
-                                       progress=progress)
+                if tasks:
+                    curve, seconds = score_tasks(model, corpus, cfg, run, device,
+                                                 progress=progress)
+                else:
+                    curve, seconds = score(model, corpus, cfg, run, sink, device,
+                                           progress=progress)
     except Diverged as e:
         end(run, sink, "diverged", str(e), **e.fields)
         raise
@@ -404,7 +542,11 @@ def train_and_evaluate(cfg: DictConfig, run: Run, same: bool, device: torch.devi
         end(run, sink, "failed", f"{type(e).__name__}: {e}")
         raise
     end(run, sink, "completed", eval_seconds=round(seconds, 2))
-    print(format_curve(curve, cfg.train.seq_len, f"{path}", per_byte=corpus.tokenizer != "byte"))
+    if tasks:
+        print(format_tasks(curve, corpus.n_max, f"{path}"))
+    else:
+        print(format_curve(curve, cfg.train.seq_len, f"{path}",
+                           per_byte=corpus.tokenizer != "byte"))
     return "completed"
 
 
@@ -489,4 +631,33 @@ def format_curve(curve: list[dict], train_len: int, title: str, per_byte: bool =
                 na = f"  {'n/a':>9}" if per_byte else ""
                 lines.append(f"{p['length']:>8}  {'n/a':>11}  {'n/a':>8}  {'n/a':>10}{na}  "
                              f"({p['reason']}){mark}")
+    return "\n".join(lines)
+
+
+def format_tasks(points: list[dict], n_max: int, title: str) -> str:
+    """The table printed at the end of a task run: length (and passkey's depth) -> exact
+    match and token accuracy with their 95% intervals, loss per answer token, and the chance
+    level (exact / token); n/a with its reason.  One table per RoPE scaling."""
+    lines = []
+    for scaling in dict.fromkeys(point_scaling(p) for p in points):
+        ours = [p for p in points if point_scaling(p) == scaling]
+        depth = any(p["depth"] is not None for p in ours)
+        scaled = f", RoPE scaled: {scaling_text(scaling)}" if scaling else ""
+        lines.append(f"\n{title}: task {ours[0]['task']}{scaled}, {ours[0]['count']} held-out "
+                     f"instances at every length (eval seed {ours[0]['eval_seed']}); trained "
+                     f"on lengths up to {n_max}")
+        lines.append(f"{'length':>8}  " + (f"{'depth':>5}  " if depth else "")
+                     + f"{'exact [95%]':<21}  {'token acc [95%]':<21}  {'answer loss':>11}  "
+                     f"{'chance exact/token':>18}")
+        for p in ours:
+            head = f"{p['length']:>8}  " + (f"{p['depth']:>5g}  " if depth else "")
+            mark = "  <- longest trained" if p["length"] == n_max else ""
+            if not p["applicable"]:
+                lines.append(f"{head}{'n/a':<21}  ({p['reason']}){mark}")
+                continue
+            exact = f"{p['exact']:.3f} [{p['exact_low']:.3f}, {p['exact_high']:.3f}]"
+            acc = f"{p['token_acc']:.3f} [{p['token_acc_low']:.3f}, {p['token_acc_high']:.3f}]"
+            chance = f"{p['chance_exact']:.3f} / {p['chance_token']:.3f}"
+            lines.append(f"{head}{exact:<21}  {acc:<21}  {p['answer_loss']:>11.4f}  "
+                         f"{chance:>18}{mark}")
     return "\n".join(lines)

@@ -7,11 +7,14 @@ length it was scored at (nonoverlapping windows, with the 95% bootstrap interval
 point has one).  ``compare`` puts two runs side by side: the config keys that differ
 (identity first), then both curves per (mode, length) with the ratio B/A, paired over the
 same blocks of tokens (stats.ratio_interval) where both points scored the same tokens, one
-row per RoPE scaling a run was scored with.  ``ls`` summarises each run as trained.
+row per RoPE scaling a run was scored with.  ``ls`` summarises each run as trained; a
+task run (data=task) by its task's exact match at its longest training length and at the
+longest length scored, where a corpus run has perplexities.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -140,6 +143,32 @@ def summary_points(r: RunResult) -> tuple[dict | None, dict | None]:
     return points.get(r.train_len), points[max(points)]
 
 
+def task_cells(r: RunResult) -> tuple[str, str, str]:
+    """A task run's ls cells: "TASK: exact X" at the longest length it was trained on, the
+    longest length scored, and exact match there; as trained, on the instances (count, eval
+    seed) most of its points were scored on, averaged over passkey's depths."""
+    plain = [p for p in r.tasks if p.get("rope_scaling") is None]
+    if not plain:
+        return f"{r.task}: -", "-", "-"
+    common = Counter((p["count"], p["eval_seed"]) for p in plain).most_common(1)[0][0]
+    by_length: dict[int, list[dict]] = {}
+    for p in plain:
+        if (p["count"], p["eval_seed"]) == common:
+            by_length.setdefault(p["length"], []).append(p)
+
+    def exact(points: list[dict]) -> str:
+        if not points:
+            return "-"
+        if not all(p["applicable"] for p in points):
+            return "n/a"
+        return f"exact {sum(p['exact'] for p in points) / len(points):.2f}"
+
+    n_max = (r.info.get("corpus") or {}).get("max_train_length")
+    longest = max(by_length)
+    return f"{r.task}: {exact(by_length.get(n_max, []))}", str(longest), \
+        exact(by_length[longest])
+
+
 def runs_under(root: Path) -> list[RunResult]:
     """Every run under ``root``, damaged ones included; a UsageError when there is none."""
     if not root.exists():
@@ -164,7 +193,9 @@ def ls_rows(runs: list[RunResult], intervals: bool) -> list[tuple[str, ...]]:
         who = (f"{r.path.parent.name}/{r.path.name}", str(r.encoding or "-"),
                str(r.train_len if r.train_len is not None else "-"),
                str(r.seed if r.seed is not None else "-"), model_size(r), r.status)
-        if r.status == "completed":
+        if r.status == "completed" and r.task is not None:
+            rows.append((*who, *task_cells(r)))
+        elif r.status == "completed":
             at_train, longest = summary_points(r)
             rows.append((*who, ppl_text(at_train, intervals),
                          str(longest["length"]) if longest else "-",

@@ -15,6 +15,12 @@ apart.  Only completed runs are plotted; the others, damaged ones included, are 
 their reason, and a run without points of a mode is named under that mode's figure and
 table, never silently left out.
 
+Runs trained on an algorithmic task (posexp/data/tasks) hold task points instead of
+curve points: exact match on held-out instances at each instance length (and, for passkey,
+each depth).  They form series the same way, one per task and RoPE scaling, and get a figure
+of accuracy against length per task, a length x depth heatmap for passkey, and a table per
+task.
+
 Figures: one colour per encoding, from Okabe & Ito's palette (which colour-blind readers
 can tell apart), the same in every figure; line style and marker tell apart the series of
 one encoding.  Legends and captions sit outside the axes, so they hide no point.
@@ -32,6 +38,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import NormalDist
+
+import numpy as np
 
 from posexp.config import SEED_KEYS
 from posexp.errors import PosexpError
@@ -58,6 +66,12 @@ CSV_COLUMNS = ["experiment", "run", "series", "encoding", "train_seq_len", "seed
                "bits_per_byte", "reason"]
 POINT_COLUMNS = [c for c in CSV_COLUMNS[CSV_COLUMNS.index("mode"):]
                  if not c.startswith("rope_scaling")]
+# a task point's own fields (runs.TASK_POINT_KINDS), after the perplexity columns; a row of
+# one kind leaves the other kind's columns empty
+TASK_COLUMNS = ["task", "train_max_length", "depth", "count", "eval_seed", "exact",
+                "exact_low", "exact_high", "token_acc", "token_acc_low", "token_acc_high",
+                "answer_loss", "chance_exact", "chance_token", "instances_sha256"]
+CSV_COLUMNS += TASK_COLUMNS
 
 ENCODING, TRAIN_LEN, SEED = "encoding.name", "train.seq_len", "seed"
 PARENT = "parent.config"  # a fine-tune's parent config: in its identity, and only in its
@@ -484,14 +498,18 @@ def notes(curves: list[Curve], series: list[Series], mode: str) -> list[str]:
 
 # --- tables ------------------------------------------------------------------------------
 def tidy_rows(runs: list[RunResult]) -> list[dict]:
-    """One row per run x curve point, with the label of the series the point belongs to."""
+    """One row per run x curve point, then per run x task point, with the label of the
+    series the point belongs to; every row holds every column (None where it does not
+    apply)."""
     series, _ = build_series(runs)
     labels = {(s.config, s.scaling, s.mode, s.region): s.label for s in series}
+    tasks = {(s.task, s.config, s.scaling): s for s in task_series(runs)[0]}
     rows = []
     for r in runs:
         model = r.info.get("model") or {}
         corpus = r.info.get("corpus") or {}
         run_fields = {
+            **dict.fromkeys(CSV_COLUMNS),
             "experiment": r.info.get("experiment"), "run": r.name, "encoding": r.encoding,
             "train_seq_len": r.train_len, "seed": r.seed, "n_params": r.info.get("n_params"),
             **{k: r.identity.get(f"model.{k}", model.get(k))
@@ -510,6 +528,15 @@ def tidy_rows(runs: list[RunResult]) -> list[dict]:
                          "rope_scaling": scaling_text(point_scaling(p)) if scaling else None,
                          "rope_scaling_factor": scaling.get("factor"),
                          **{k: p.get(k) for k in POINT_COLUMNS}})
+        for p in r.tasks:
+            s = tasks[(p["task"], config_key(r), point_scaling(p))]
+            scaling = p.get("rope_scaling") or {}
+            rows.append({**run_fields, "series": s.label,
+                         "rope_scaling": scaling_text(point_scaling(p)) if scaling else None,
+                         "rope_scaling_factor": scaling.get("factor"),
+                         **{k: p.get(k) for k in ("length", "tokens", "applicable", "reason",
+                                                  *TASK_COLUMNS)},
+                         "train_max_length": s.max_length})
     return rows
 
 
@@ -572,7 +599,8 @@ def markdown(runs: list[RunResult], not_done: list[RunResult], title: str) -> st
     """Per mode, the tables a paper prints: perplexity at each length, and its ratio to the
     perplexity at the training length, each with its 95% interval, one row per curve; a
     column for each key that tells series apart."""
-    series, duplicates = build_series(runs)
+    series = build_series(runs)[0]
+    duplicates = duplicate_groups(runs)
     lines = [f"# {title}", ""]
     if series:
         lines += [describe(series), ""]
@@ -593,6 +621,7 @@ def markdown(runs: list[RunResult], not_done: list[RunResult], title: str) -> st
                   *_table(curves, lengths, several, ratios=True), ""]
         lines += [f"* {line}" for line in notes(curves, series, mode)]
         lines.append("")
+    lines += task_markdown(task_series(runs)[0])
     if duplicates:
         lines += ["Runs of the same config and seed, counted once (the first of each line):", ""]
         lines += [f"* {', '.join(str(r.path) for r in group)}" for group in duplicates]
@@ -606,19 +635,35 @@ def markdown(runs: list[RunResult], not_done: list[RunResult], title: str) -> st
     return "\n".join(lines)
 
 
-def terminal_table(runs: list[RunResult], mode: str = "nonoverlapping") -> str:
-    """curve x length -> perplexity (mean over seeds), for the end of a sweep."""
-    curves = mode_curves(build_series(runs)[0], mode)
-    lengths = sorted({length for c in curves for length in c.cells})
-    width = max([len("series"), *(len(c.label) for c in curves)]) + 2
-    lines = [f"perplexity ({mode}{stride_note(curves)}; mean over seeds)",
-             f"{'series':<{width}}" + "".join(f"{length:>10}" for length in lengths)]
-    for c in curves:
-        cells = [c.cells.get(length) for length in lengths]
-        lines.append(f"{c.label:<{width}}" + "".join(
-            f"{'' if cell is None else 'n/a' if cell.ppl is None else _fmt(cell.ppl.value):>10}"
-            for cell in cells))
+def _plain_table(heading: str, lengths: list[int], rows: list[tuple[str, list[str]]]) -> str:
+    width = max([len("series"), *(len(label) for label, _ in rows)]) + 2
+    lines = [heading, f"{'series':<{width}}" + "".join(f"{length:>10}" for length in lengths)]
+    lines += [f"{label:<{width}}" + "".join(f"{cell:>10}" for cell in cells)
+              for label, cells in rows]
     return "\n".join(lines)
+
+
+def terminal_table(runs: list[RunResult], mode: str = "nonoverlapping") -> str:
+    """curve x length -> perplexity (mean over seeds), for the end of a sweep; and for task
+    runs, per task, series x length -> exact match (mean over seeds)."""
+    curves = mode_curves(build_series(runs)[0], mode)
+    tables = []
+    by_task = task_groups(task_series(runs)[0])
+    if curves or not by_task:
+        lengths = sorted({length for c in curves for length in c.cells})
+        tables.append(_plain_table(
+            f"perplexity ({mode}{stride_note(curves)}; mean over seeds)", lengths,
+            [(c.label, ["" if (cell := c.cells.get(length)) is None else "n/a"
+                        if cell.ppl is None else _fmt(cell.ppl.value) for length in lengths])
+             for c in curves]))
+    for task, ours in by_task.items():
+        cells = [(s.label, task_cells(s)) for s in ours]
+        lengths = sorted({length for _, c in cells for length in c})
+        tables.append(_plain_table(
+            f"exact match on {task} (mean over seeds{', and depths' * (task == PASSKEY)})",
+            lengths, [(label, [_task_cell_text(c.get(length), interval=False)
+                               for length in lengths]) for label, c in cells]))
+    return "\n\n".join(tables)
 
 
 # --- figures -----------------------------------------------------------------------------
@@ -648,8 +693,9 @@ def describe(series: list[Series]) -> str:
     series differ, and why where posexp knows), training tokens."""
     runs = list({str(r.path): r for s in series for r in s.members}.values())
     corpora = sorted({f"{c.get('name', '?')} corpus, {c.get('tokenizer', '?')} tokens"
-                      for c in ((r.info.get("corpus") or {}) for r in runs)})
-    words = ["; ".join(corpora)]
+                      for r in runs if r.curve or r.info.get("corpus")
+                      for c in [r.info.get("corpus") or {}]})
+    words = ["; ".join(corpora)] if corpora else []
     shapes = {tuple(r.identity.get(f"model.{k}") for k in ("d_model", "n_layer", "n_head"))
               for r in runs}
     shape = next(iter(shapes))
@@ -688,16 +734,23 @@ def _pyplot():
     return plt
 
 
-def _figure(title: str, subtitle: str, height: float, rows: int = 1,
-            height_ratios: list[int] | None = None):
-    """A figure with the title over its whole width and, below it, a body of ``rows`` axes
-    stacked on one x axis (the body also holds the legend, to their right, and the caption,
-    below them).  Returns (figure, body, axes)."""
+def _titled(title: str, subtitle: str, height: float):
+    """A figure with the title over its whole width and, below it, a body ``height`` inches
+    high.  Returns (figure, body)."""
     lines = [*textwrap.wrap(title, TITLE_WRAP), *textwrap.wrap(subtitle, TITLE_WRAP)]
     head_height = 0.22 * len(lines) + 0.15
     fig = _pyplot().figure(figsize=(WIDTH, head_height + height), layout="constrained")
     head, body = fig.subfigures(2, 1, height_ratios=[head_height, height])
     head.text(0.01, 0.5, "\n".join(lines), ha="left", va="center", fontsize=11)
+    return fig, body
+
+
+def _figure(title: str, subtitle: str, height: float, rows: int = 1,
+            height_ratios: list[int] | None = None):
+    """A titled figure whose body holds ``rows`` axes stacked on one x axis (the body also
+    holds the legend, to their right, and the caption, below them).  Returns (figure,
+    body, axes)."""
+    fig, body = _titled(title, subtitle, height)
     axes = body.subplots(rows, 1, sharex=True, height_ratios=height_ratios, squeeze=False)
     for ax in axes[:, 0]:
         ax.grid(True, which="major", color="#dddddd", linewidth=0.8)
@@ -771,32 +824,50 @@ def _draw(ax, colour: str, style: tuple[str, str], xs: list[float],
         ax.fill_between(xs, low, high, color=colour, alpha=alpha, linewidth=0, zorder=2)
 
 
-def _train_lengths(axes: list, lengths: list[int]) -> None:
+def _train_lengths(axes: list, lengths: list[int], label: str = "L={}") -> None:
     """A grey dotted line at each training length inside the x axis' limits, labelled in
-    the first of ``axes``."""
+    the first of ``axes`` (``label`` with the length in its braces)."""
     lo, hi = axes[0].get_xlim()
+    to_axes = axes[0].transAxes.inverted()
     for length in (x for x in lengths if lo < x < hi):
         for ax in axes:
             ax.axvline(length, color=GREY, linestyle=":", linewidth=1.2, zorder=1)
-        axes[0].annotate(f"L={length}", xy=(length, 1), xycoords=("data", "axes fraction"),
-                         xytext=(3, -3), textcoords="offset points", ha="left", va="top",
-                         fontsize=9, color=GREY, in_layout=False)
+        # where the label would run past the right edge (into the legend), it goes left of
+        # its line: a 9 pt character is about 5 pt wide
+        text = label.format(length)
+        room = 1 - to_axes.transform(axes[0].transData.transform((length, 1)))[0]
+        left = room * axes[0].bbox.width < (5 * len(text) + 3) * axes[0].figure.dpi / 72
+        axes[0].annotate(text, xy=(length, 1), xycoords=("data", "axes fraction"),
+                         xytext=(-3 if left else 3, -3), textcoords="offset points",
+                         ha="right" if left else "left", va="top", fontsize=9, color=GREY,
+                         in_layout=False)
 
 
-def _legend_and_caption(body, ax, caption: list[str], bands: bool) -> None:
+def _legend_and_caption(body, ax, caption: list[str], bands: bool,
+                        references: tuple[tuple[str, str], ...] = ((":", "training length L"),),
+                        ) -> None:
     """The series' legend to the right of the axes and the caption below them: outside the
-    data, so that neither hides a point.  ``bands``: whether the figure draws intervals."""
+    data, so that neither hides a point.  ``bands``: whether the figure draws intervals;
+    ``references``: (line style, meaning) of the grey reference lines."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
     handles, labels = ax.get_legend_handles_labels()
-    handles.append(Line2D([], [], color=GREY, linestyle=":", linewidth=1.2))
-    labels.append("training length L")
+    for linestyle, meaning in references:
+        handles.append(Line2D([], [], color=GREY, linestyle=linestyle, linewidth=1.2))
+        labels.append(meaning)
     if bands:
         handles.append(Patch(color=GREY, alpha=0.3, linewidth=0))
         labels.append(f"{PERCENT} interval")
     body.legend(handles, [legend_label(label) for label in labels], loc="outside right upper",
                 fontsize=10, frameon=False)
+    _caption(body, caption)
+
+
+def _caption(body, caption: list[str]) -> None:
+    """The caption's lines below the body's axes, wrapped."""
+    from matplotlib.lines import Line2D
+
     lines = [line for text in caption  # paths and commands stay whole
              for line in textwrap.wrap(text, CAPTION_WRAP, subsequent_indent="    ",
                                        break_long_words=False, break_on_hyphens=False)]
@@ -948,6 +1019,408 @@ def per_position_figure(runs: list[RunResult]):
     return fig
 
 
+# --- task accuracy -------------------------------------------------------------------------
+# A run trained on an algorithmic task holds task points (runs.TASK_POINT_KINDS), not curve
+# points: exact match on held-out instances at each instance length, and for passkey at each
+# depth of the key in its context.  Its series are grouped as perplexity series are (one
+# identity but the seed), one per task scored and RoPE scaling.
+TASK_MODE = "task"     # a task series' mode, and its region, which holds no meaning there
+NO_REGION: Region = (0, 0)
+PASSKEY = "passkey"
+LENGTH_WORDS = {"copy": "letters", "reverse": "letters", "sort": "letters", "parity": "bits",
+                "addition": "digits per operand", "recall": "key-value pairs",
+                PASSKEY: "tokens of context"}
+MAX_TICKS = 12         # length ticks of a task figure; more evaluated lengths are thinned
+ANNOTATED = (8, 6)     # a heatmap of at most this many lengths x depths prints its values
+MAX_PANELS = 12        # heatmap panels; the series beyond are named in its caption
+PANEL_COLUMNS = 3
+WILSON = "Wilson over one seed's instances"
+
+
+@dataclass
+class TaskSeries(Series):
+    """A series of task runs: its points are the members' task points of ``task`` with its
+    RoPE scaling (``task_points``; the inherited curve ``points`` hold none).
+    ``max_length`` is the longest instance length its training drew, None when posexp does
+    not know the task."""
+
+    task: str = ""
+    max_length: int | None = None
+
+    def task_points(self, run: RunResult) -> dict[tuple[int, float | None], dict]:
+        """(length, depth) -> ``run``'s point there; of several (scored with another eval
+        seed or count), the one over the most instances."""
+        ours = [p for p in run.tasks
+                if p["task"] == self.task and point_scaling(p) == self.scaling]
+        return {(p["length"], p.get("depth")): p for p in sorted(ours, key=lambda p: p["count"])}
+
+
+def train_max_length(run: RunResult, task: str) -> int | None:
+    """The longest instance length ``run`` trained on: that of its task (identity task.name,
+    else ``task``, the one it was scored on) whose instances fit in train.seq_len."""
+    from posexp.data.tasks import get_task, max_length_within  # numpy: not at start-up
+
+    if run.train_len is None:
+        return None
+    try:
+        return max_length_within(get_task(run.identity.get("task.name") or task),
+                                 run.train_len)
+    except ValueError:  # a task posexp does not know, or no instance fits
+        return None
+
+
+def task_rank(task: str) -> tuple[int, str]:
+    """posexp's order of the tasks (copy first, passkey last); others after, by name."""
+    from posexp.data.tasks import TASKS
+
+    names = list(TASKS)
+    return (names.index(task) if task in names else len(names), task)
+
+
+def task_series(runs: list[RunResult]) -> tuple[list[TaskSeries], list[list[RunResult]]]:
+    """Every task series of ``runs``, labelled (by what differs between the series of its
+    task) and styled (the encoding's colour; a style per series of one colour), in report
+    order: task, then as build_series orders; and the groups of runs of one identity and
+    one seed, of which only the first counts."""
+    by_seed: dict[tuple, dict[object, list[RunResult]]] = defaultdict(dict)
+    for r in sorted(runs, key=lambda r: str(r.path)):
+        for task, scaling in {(p["task"], point_scaling(p)) for p in r.tasks}:
+            by_seed[(task, config_key(r), scaling)].setdefault(r.seed, []).append(r)
+    series = [TaskSeries(config, scaling, TASK_MODE, NO_REGION,
+                         [same[0] for same in seeds.values()], task=task,
+                         max_length=train_max_length(next(iter(seeds.values()))[0], task))
+              for (task, config, scaling), seeds in by_seed.items()]
+    duplicates = {tuple(str(r.path) for r in same): same for seeds in by_seed.values()
+                  for same in seeds.values() if len(same) > 1}
+    keys: dict[str, list[str]] = {}
+    for task in {s.task for s in series}:
+        ours = [s for s in series if s.task == task]
+        identities = [s.members[0].identity for s in ours]
+        keys[task] = label_keys(identities)
+        names = short_names(keys[task], set().union(*identities))
+        scalings = any(s.scaling or s.fine_tune for s in ours)
+        for s in ours:
+            s.parts = [(names[k], _text(s.members[0].identity.get(k))) for k in keys[task]]
+            s.scalings = scalings
+
+    def order(s: TaskSeries) -> tuple:
+        ident, tuned = s.members[0].identity, s.fine_tune
+        return (task_rank(s.task), encoding_rank(s.encoding), s.encoding, s.root_len,
+                tuned is not None, s.train_len, scaling_order(tuned[1]) if tuned else (),
+                *(_order(ident.get(k)) for k in keys[s.task]), scaling_order(s.scaling))
+
+    series.sort(key=order)
+    colours = encoding_colours(list(dict.fromkeys(s.encoding for s in series)))
+    taken: Counter = Counter()
+    for s in series:
+        s.colour = colours[s.encoding]
+        s.styles = {None: STYLES[taken[(s.task, s.colour)] % len(STYLES)]}
+        taken[(s.task, s.colour)] += 1
+    return series, list(duplicates.values())
+
+
+def task_groups(series: list[TaskSeries]) -> dict[str, list[TaskSeries]]:
+    """task -> its series, in report order."""
+    groups: dict[str, list[TaskSeries]] = {}
+    for s in series:
+        groups.setdefault(s.task, []).append(s)
+    return groups
+
+
+def duplicate_groups(runs: list[RunResult]) -> list[list[RunResult]]:
+    """Groups of runs of one config and seed (perplexity or task runs): the first counts."""
+    groups = build_series(runs)[1] + task_series(runs)[1]
+    return list({tuple(str(r.path) for r in group): group for group in groups}.values())
+
+
+@dataclass
+class TaskCell:
+    """One length of a task series: exact match, the mean over seeds (for passkey, of each
+    seed's mean over depths), and the best constant answer's; ``exact`` None where no
+    seed's point is applicable, and ``reason`` why."""
+
+    exact: Interval | None
+    chance: float | None = None
+    reason: str | None = None
+
+
+def exact_interval(by_seed: list[list[dict]]) -> Interval:
+    """The mean exact match of applicable points, one list per seed (one point, or one per
+    passkey depth): Student-t across two seeds or more, clipped to [0, 1]; one seed's own
+    Wilson interval, pooled over the instances of its depths when there are several."""
+    means = [sum(p["exact"] for p in points) / len(points) for points in by_seed]
+    if len(by_seed) > 1:
+        iv = t_interval(means)
+        return Interval(iv.value, max(0.0, iv.low), min(1.0, iv.high), iv.n,
+                        f"Student-t over {iv.n} seeds, clipped to [0, 1]")
+    [points] = by_seed
+    if len(points) == 1:
+        [p] = points
+        if p.get("exact_low") is None or p.get("exact_high") is None:
+            return Interval(p["exact"], None, None, 1, NO_INTERVAL)
+        return Interval(p["exact"], p["exact_low"], p["exact_high"], 1, WILSON)
+    from posexp.data.tasks import binomial_interval
+
+    hits = sum(round(p["exact"] * p["count"]) for p in points)
+    low, high = binomial_interval(hits, sum(p["count"] for p in points))
+    return Interval(means[0], low, high, 1, WILSON + " (pooled over depths)")
+
+
+def task_cells(s: TaskSeries) -> dict[int, TaskCell]:
+    """length -> the cell of task series ``s``, at every length one of its seeds was scored
+    at."""
+    by_run = [s.task_points(r) for r in s.members]
+    cells = {}
+    for length in sorted({n for points in by_run for n, _ in points}):
+        at = [[p for (n, _), p in points.items() if n == length] for points in by_run]
+        ok = [ours for points in at if (ours := [p for p in points if p["applicable"]])]
+        if not ok:
+            reasons = sorted({p.get("reason") or "not applicable" for points in at
+                              for p in points})
+            cells[length] = TaskCell(None, reason="; ".join(reasons))
+            continue
+        chance = [p["chance_exact"] for points in ok for p in points
+                  if p.get("chance_exact") is not None]
+        cells[length] = TaskCell(exact_interval(ok),
+                                 sum(chance) / len(chance) if chance else None)
+    return cells
+
+
+def passkey_grid(s: TaskSeries) -> tuple[list[int], list[float], np.ndarray]:
+    """(lengths, depths, exact) of passkey series ``s``: exact[i, j] is the mean over seeds
+    of exact match at depths[i] and lengths[j], NaN where no seed's point is applicable."""
+    by_run = [s.task_points(r) for r in s.members]
+    lengths = sorted({n for points in by_run for n, _ in points})
+    depths = sorted({d for points in by_run for _, d in points if d is not None})
+    grid = np.full((len(depths), len(lengths)), np.nan)
+    for i, depth in enumerate(depths):
+        for j, length in enumerate(lengths):
+            ok = [p["exact"] for points in by_run
+                  if (p := points.get((length, depth))) and p["applicable"]]
+            if ok:
+                grid[i, j] = sum(ok) / len(ok)
+    return lengths, depths, grid
+
+
+def _acc(x: float) -> str:
+    return f"{x:.2f}"
+
+
+def _task_cell_text(cell: TaskCell | None, bold: bool = False, interval: bool = True) -> str:
+    if cell is None:
+        return ""
+    return "n/a" if cell.exact is None else _cell_text(cell.exact, _acc, bold, interval)
+
+
+def _seeds(s: Series) -> str:
+    n = len(s.members)
+    return f" ({n} seeds)" if n > 1 else ""
+
+
+def _instances_text(series: list[TaskSeries]) -> str:
+    """How many held-out instances, of which eval seed, each point scores."""
+    points = [p for s in series for r in s.members for p in s.task_points(r).values()]
+    counts = sorted({p["count"] for p in points})
+    seeds = sorted({p["eval_seed"] for p in points})
+    per = "per length and depth" if series[0].task == PASSKEY else "per length"
+    return (f"{' or '.join(map(str, counts))} held-out instances {per} (eval seed"
+            f"{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))})")
+
+
+def _length_text(task: str) -> str:
+    return f"instance length in {LENGTH_WORDS[task]}" if task in LENGTH_WORDS \
+        else "instance length"
+
+
+def task_notes(series: list[TaskSeries], cells: list[dict[int, TaskCell]]) -> list[str]:
+    """The lengths not applicable to a series and why, and the series not drawn at all."""
+    lines = []
+    for s, c in zip(series, cells, strict=True):
+        if c and all(cell.exact is None for cell in c.values()):
+            reasons = "; ".join(sorted({cell.reason for cell in c.values()}))
+            lines.append(f"not drawn, no length applicable ({reasons}): {s.label} "
+                         f"({', '.join(str(r.path) for r in s.members)})")
+            continue
+        by_reason: dict[str, list[int]] = defaultdict(list)
+        for length, cell in c.items():
+            if cell.exact is None:
+                by_reason[cell.reason].append(length)
+        lines += [f"n/a ({reason}): {s.label} at {', '.join(map(str, lengths))}"
+                  for reason, lengths in by_reason.items()]
+    return lines
+
+
+def task_markdown(series: list[TaskSeries]) -> list[str]:
+    """The "Task accuracy" section: per task, exact match at each length, one row per series
+    (the best at each length in bold where series compete there), and the chance level."""
+    if not series:
+        return []
+    lines = ["## Task accuracy", "",
+             f"Exact match: the share of held-out instances whose whole answer is right "
+             f"(teacher-forced argmax, which greedy decoding's exact match equals). Mean over "
+             f"seeds [{PERCENT} interval: Student-t across the seeds with two or more, clipped "
+             f"to [0, 1]; with one, Wilson over the instances]. Bold: the best at each length "
+             f"scored for two series or more. train ≤: the longest instance length trained "
+             f"on.", ""]
+    for task, ours in task_groups(series).items():
+        cells = [task_cells(s) for s in ours]
+        lengths = sorted({n for c in cells for n in c})
+        best = {n: max(values) for n in lengths
+                if len(values := [c[n].exact.value for c in cells
+                                  if n in c and c[n].exact is not None]) > 1}
+        reasons = list(dict.fromkeys(cell.reason for c in cells for cell in c.values()
+                                     if cell.exact is None))
+        notes = {reason: f"[^{task}-{k}]" for k, reason in enumerate(reasons, 1)}
+        extra = [heading for heading, _ in ours[0].columns()]
+        words = LENGTH_WORDS.get(task, "length")
+        lines += [f"### {task}: exact match by {words}", "",
+                  _instances_text(ours) + (". Mean over the depths at each length "
+                                           "(tasks-passkey-heatmap shows each depth)."
+                                           if task == PASSKEY else "."), "",
+                  "| " + " | ".join(["encoding", "L_train", *extra, "train ≤", "seeds",
+                                     *map(str, lengths)]) + " |",
+                  "|---|---:|" + "---|" * len(extra) + "---:|" * (2 + len(lengths))]
+        for s, c in zip(ours, cells, strict=True):
+            texts = [(_task_cell_text(cell, bold=cell.exact is not None
+                                      and cell.exact.value == best.get(n))
+                      + (notes[cell.reason] if cell.exact is None else ""))
+                     if (cell := c.get(n)) else "" for n in lengths]
+            values = [value.replace("|", "/") for _, value in s.columns()]
+            lines.append("| " + " | ".join([s.encoding, str(s.train_len), *values,
+                                            "?" if s.max_length is None else str(s.max_length),
+                                            str(len(s.members)), *texts]) + " |")
+        chance = [[cell.chance for c in cells if (cell := c.get(n)) and cell.chance is not None]
+                  for n in lengths]
+        if any(chance):
+            lines.append("| " + " | ".join(["chance (best constant answer)",
+                                            *[""] * (len(extra) + 3),
+                                            *(_acc(sum(v) / len(v)) if v else ""
+                                              for v in chance)]) + " |")
+        lines.append("")
+        lines += [f"{mark}: {reason}" for reason, mark in notes.items()]
+        lines += [f"* {line}" for line in task_notes(ours, cells)
+                  if line.startswith("not drawn")]
+        lines.append("")
+    return lines
+
+
+def _thinned(lengths: list[int]) -> list[int]:
+    """At most about MAX_TICKS of ``lengths``, spread evenly on a log axis, the first and
+    the last kept."""
+    if len(lengths) <= MAX_TICKS:
+        return lengths
+    step = math.log2(lengths[-1] / lengths[0]) / MAX_TICKS
+    kept = [lengths[0]]
+    for n in lengths[1:-1]:
+        if math.log2(n / kept[-1]) >= step and math.log2(lengths[-1] / n) >= step:
+            kept.append(n)
+    return [*kept, lengths[-1]]
+
+
+def _task_subtitle(series: list[TaskSeries]) -> str:
+    return " · ".join(filter(None, [f"{series[0].task} task: {_instances_text(series)}",
+                                    describe(series)]))
+
+
+def task_figure(series: list[TaskSeries], task: str):
+    """Exact match against instance length on ``task``, one line per series (passkey: the
+    mean over depths); None when no series of it has an applicable length."""
+    ours = [s for s in series if s.task == task]
+    cells = [task_cells(s) for s in ours]
+    drawn = [(s, c) for s, c in zip(ours, cells, strict=True)
+             if any(cell.exact is not None for cell in c.values())]
+    if not drawn:
+        return None
+    fig, body, [ax] = _figure(f"Exact match on {task} vs {_length_text(task)}",
+                              _task_subtitle([s for s, _ in drawn]), 5.0)
+    shown: list[Interval] = []
+    for s, c in drawn:
+        xs = [n for n, cell in c.items() if cell.exact is not None]
+        intervals = [c[n].exact for n in xs]
+        _draw(ax, s.colour, s.styles[None], xs, intervals, s.label + _seeds(s))
+        shown += intervals
+    lengths = sorted({n for _, c in drawn for n in c})
+    _log2_x(ax, _thinned(lengths), lengths[0] / 1.25, lengths[-1] * 1.25)
+    ax.set_ylim(-0.03, 1.12)  # room above 1 for the training lines' labels
+    ax.set_yticks([0, 0.2, 0.4, 0.6, 0.8, 1])
+    chance = {n: [c[n].chance for _, c in drawn if n in c and c[n].chance is not None]
+              for n in lengths}
+    chance = {n: sum(v) / len(v) for n, v in chance.items() if v}
+    if len({round(v, 6) for v in chance.values()}) == 1:
+        ax.axhline(next(iter(chance.values())), color=GREY, linestyle="--", linewidth=1.2,
+                   zorder=1)
+    elif chance:
+        ax.plot(list(chance), list(chance.values()), color=GREY, linestyle="--",
+                linewidth=1.2, zorder=1)
+    longest = sorted({s.max_length for s, _ in drawn if s.max_length})
+    _train_lengths([ax], longest, "train ≤ {}")
+    ax.set_xlabel(f"{_length_text(task)} (log₂ scale)", fontsize=11)
+    ax.set_ylabel("exact match (share of instances)", fontsize=11)
+    methods = sorted({iv.method for iv in shown if iv.method != NO_INTERVAL})
+    caption = [f"Lines: mean over seeds. Bands: {PERCENT} intervals, {'; '.join(methods)}."
+               ] if methods else []
+    if task == PASSKEY:
+        caption.append("Passkey: each point is the accuracy averaged over the depths of the "
+                       "key (tasks-passkey-heatmap shows each depth).")
+    caption += task_notes(ours, cells)
+    references = (((":", "longest training instance"),) * bool(longest)
+                  + (("--", "chance (best constant answer)"),) * bool(chance))
+    _legend_and_caption(body, ax, caption, bands=any(iv.low is not None for iv in shown),
+                        references=references)
+    return fig
+
+
+def passkey_heatmap(series: list[TaskSeries]):
+    """Per passkey series (up to MAX_PANELS), exact match over context length x depth, depth
+    0 (the key at the start) on top; None when no passkey series has an applicable point."""
+    from matplotlib import colormaps, patheffects
+
+    grids = [(s, passkey_grid(s)) for s in series if s.task == PASSKEY]
+    drawn = [(s, g) for s, g in grids if np.isfinite(g[2]).any()]
+    if not drawn:
+        return None
+    caption = ["Cells: exact match, mean over seeds; grey: n/a. Dashed line: the longest "
+               "training instance, between the lengths it separates."]
+    ours = [s for s, _ in grids]
+    caption += task_notes(ours, [task_cells(s) for s in ours])
+    caption += [f"not drawn, beyond {MAX_PANELS} panels: {s.label}"
+                for s, _ in drawn[MAX_PANELS:]]
+    drawn = drawn[:MAX_PANELS]
+    columns = min(PANEL_COLUMNS, len(drawn))
+    rows = math.ceil(len(drawn) / columns)
+    fig, body = _titled("Passkey retrieval: exact match by context length and depth of the key",
+                        _task_subtitle([s for s, _ in drawn]), 3.0 * rows + 0.6)
+    axes = body.subplots(rows, columns, squeeze=False)
+    cmap = colormaps["viridis"].with_extremes(bad="#dddddd")
+    for k, (ax, (s, (lengths, depths, grid))) in enumerate(zip(axes.flat, drawn, strict=False)):
+        image = ax.imshow(grid, cmap=cmap, vmin=0, vmax=1, aspect="auto",
+                          interpolation="nearest")
+        ax.set_xticks(range(len(lengths)), [str(n) for n in lengths], fontsize=8,
+                      rotation=45 * (len(lengths) > 6))
+        ax.set_yticks(range(len(depths)), [f"{d:g}" for d in depths], fontsize=8)
+        ax.set_title("\n".join(textwrap.wrap(s.label + _seeds(s)
+                                             + (f" · train ≤ {s.max_length}"
+                                                if s.max_length else ""), 42)), fontsize=9)
+        if k % columns == 0:
+            ax.set_ylabel("depth of the key\n(0: context start)", fontsize=9)
+        if k >= len(drawn) - columns:
+            ax.set_xlabel("context length (tokens)", fontsize=9)
+        if len(lengths) <= ANNOTATED[0] and len(depths) <= ANNOTATED[1]:
+            for (i, j), value in np.ndenumerate(grid):
+                ax.text(j, i, "n/a" if np.isnan(value) else _acc(value), ha="center",
+                        va="center", fontsize=7,
+                        color="black" if np.isnan(value) or value > 0.6 else "white")
+        within = sum(n <= s.max_length for n in lengths) if s.max_length else 0
+        if 0 < within < len(lengths):
+            ax.axvline(within - 0.5, color="white", linestyle="--", linewidth=1.5,
+                       path_effects=[patheffects.withStroke(linewidth=3, foreground="black")])
+    for ax in axes.flat[len(drawn):]:
+        ax.set_axis_off()
+    body.colorbar(image, ax=axes, label="exact match", shrink=0.9)
+    _caption(body, caption)
+    return fig
+
+
 def _save(fig, path: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
@@ -977,13 +1450,21 @@ def write_report(runs: list[RunResult], not_done: list[RunResult], out: Path,
     fig = per_position_figure(runs)
     if fig is not None:
         written += _save(fig, out / "per_position")
+    tasks = task_series(runs)[0]
+    for task in task_groups(tasks):
+        fig = task_figure(tasks, task)
+        if fig is not None:
+            written += _save(fig, out / f"tasks-{task}")
+    fig = passkey_heatmap(tasks)
+    if fig is not None:
+        written += _save(fig, out / "tasks-passkey-heatmap")
     return written
 
 
 def write_tables(runs: list[RunResult], not_done: list[RunResult], out: Path,
                  title: str) -> list[Path]:
     """summary.csv and summary.md; runs of one config and seed are named in one warning."""
-    for group in build_series(runs)[1]:
+    for group in duplicate_groups(runs):
         warn(f"{', '.join(str(r.path) for r in group)} are runs of the same config and seed "
              f"({group[0].seed}); counted once")
     atomic_write_text(out / "summary.csv", csv_text(tidy_rows(runs)))

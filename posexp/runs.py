@@ -5,7 +5,7 @@
   config.yaml     resolved config, exactly what ran
   run.json        status (running|completed|failed|diverged), timings, versions, corpus
   metrics.jsonl   training curve, one JSON object per line, appended and flushed
-  eval.json       extrapolation curve(s) and per-position loss
+  eval.json       extrapolation curve(s) and per-position loss; a task run's task points
   checkpoint.pt   weights + optimizer + data-sampler state (loads with weights_only=True)
 ```
 
@@ -66,6 +66,14 @@ def point_scaling(p: dict) -> Scaling:
 def point_key(p: dict) -> tuple:
     return (p["mode"], p["length"], p["stride"], p["first_token"], p["tokens"],
             point_scaling(p))
+
+
+def task_point_key(p: dict) -> tuple:
+    """A task point's key (TASK_POINT_KEYS and its RoPE scaling): a point of the same task,
+    length, depth, instance count, eval seed and scaling replaces it."""
+    depth = p.get("depth")
+    return (p["task"], p["length"], None if depth is None else float(depth), p["count"],
+            p["eval_seed"], point_scaling(p))
 
 
 def scaling_order(scaling: Scaling) -> tuple:
@@ -339,7 +347,7 @@ class Run:
     def read_eval(self) -> dict:
         path = self.path / EVAL
         if not path.exists():
-            return {"curve": [], "per_position": []}
+            return {"curve": [], "per_position": [], "tasks": []}
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError) as e:
@@ -349,17 +357,29 @@ class Run:
             raise PosexpError(f"{path} is damaged: no list of curve points with "
                               f"{', '.join(sorted(POINT_KEYS))}")
         data.setdefault("per_position", [])
+        data.setdefault("tasks", [])
+        if not (isinstance(data["tasks"], list) and all(
+                isinstance(p, dict) and p.keys() >= TASK_POINT_KEYS for p in data["tasks"])):
+            raise PosexpError(f"{path} is damaged: no list of task points with "
+                              f"{', '.join(sorted(TASK_POINT_KEYS))}")
         return data
 
-    def write_eval(self, curve: list[dict], per_position: dict | None, **fields: Any) -> dict:
-        """Merge new curve points into eval.json; a point with the same mode, length, stride,
-        scored region and RoPE scaling replaces the old one, others stay beside it."""
+    def write_eval(self, curve: list[dict], per_position: dict | None,
+                   tasks: list[dict] = (), **fields: Any) -> dict:
+        """Merge new curve points and task points into eval.json; a curve point with the same
+        mode, length, stride, scored region and RoPE scaling replaces the old one, a task
+        point with the same task_point_key too; others stay beside them."""
         data = self.read_eval()
         new = {point_key(p) for p in curve}
         data["curve"] = [p for p in data["curve"] if point_key(p) not in new] + curve
         data["curve"].sort(key=lambda p: (p["mode"], scaling_order(point_scaling(p)),
                                           p["stride"] if p["mode"] == "sliding" else 0,
                                           p["length"]))
+        new = {task_point_key(p) for p in tasks}
+        data["tasks"] = [p for p in data["tasks"] if task_point_key(p) not in new] + list(tasks)
+        data["tasks"].sort(key=lambda p: (p["task"], scaling_order(point_scaling(p)),
+                                          p["count"], p["eval_seed"], p["length"],
+                                          -1.0 if p.get("depth") is None else p["depth"]))
         if per_position is not None:
             data["per_position"] = [
                 p for p in data["per_position"]
@@ -445,7 +465,8 @@ RUN_KINDS = {"status": STR, "reason": STR, "name": STR, "experiment": STR, "enco
              "tokens_trained": INT, "device": STR, "model": OBJ, "corpus": OBJ, "versions": OBJ}
 MODEL_KINDS = {"d_model": INT, "n_layer": INT, "n_head": INT}
 CORPUS_KINDS = {"name": STR, "fingerprint": STR, "tokenizer": STR,
-                "tokenizer_fingerprint": STR, "vocab_size": INT, "val_tokens": INT}
+                "tokenizer_fingerprint": STR, "vocab_size": INT, "val_tokens": INT,
+                "task": STR, "max_train_length": INT}
 POINT_KINDS = {"mode": STR, "length": INT, "stride": INT, "first_token": INT, "tokens": INT,
                "applicable": BOOL, "reason": STR, "loss": NUM, "ppl": NUM,
                "bits_per_token": NUM, "bits_per_byte": NUM, "seconds": NUM,
@@ -455,15 +476,33 @@ SCALING_KINDS = {"method": STR, "factor": NUM, "beta_fast": NUM, "beta_slow": NU
                  "low_freq_factor": NUM, "high_freq_factor": NUM}
 POSITION_KINDS = {"mode": STR, "length": INT, "first_token": INT, "tokens": INT,
                   "position": LIST, "position_end": LIST, "loss": LIST, "loss_se": LIST}
+# A task point (data=task): accuracy on the held-out instances of one length (and depth, for
+# passkey), scored as trained or with a RoPE scaling.  exact is the fraction of instances
+# whose every answer token is the model's argmax (teacher forced, which is greedy decoding's
+# exact match); token_acc the mean per-instance fraction of answer tokens right; *_low/_high
+# their 95% intervals (Wilson for exact, a bootstrap over instances for token_acc);
+# answer_loss nats per answer token; chance_* the best constant predictor's accuracy on the
+# same instances; instances_sha256 the hash of those instances (data.tasks.instances_sha256),
+# so that two runs' points are seen to score the same ones.  Identified by TASK_POINT_KEYS and
+# rope_scaling (runs.task_point_key).
+TASK_POINT_KEYS = frozenset({"task", "length", "depth", "count", "eval_seed"})
+TASK_POINT_KINDS = {"task": STR, "length": INT, "depth": NUM, "count": INT, "eval_seed": INT,
+                    "tokens": INT, "applicable": BOOL, "reason": STR, "exact": NUM,
+                    "exact_low": NUM, "exact_high": NUM, "token_acc": NUM, "token_acc_low": NUM,
+                    "token_acc_high": NUM, "answer_loss": NUM, "chance_exact": NUM,
+                    "chance_token": NUM, "seconds": NUM, "rope_scaling": OBJ,
+                    "instances_sha256": STR}
 # identity keys the report reads (labels, table columns), beyond being compared
 IDENTITY_KINDS = {"encoding.name": STR, "train.seq_len": INT, "seed": INT,
-                  "model.d_model": INT, "model.n_layer": INT, "model.n_head": INT}
+                  "model.d_model": INT, "model.n_layer": INT, "model.n_head": INT,
+                  "task.name": STR}
 
 
 @dataclass
 class RunResult:
     """One run directory read back: run.json (``info``), and for a completed run its identity
-    (config.identity of config.yaml) and eval.json's curve points and per-position records.
+    (config.identity of config.yaml) and eval.json's curve points, per-position records and
+    task points (a task run's; its curve is empty).
     A run that cannot be read has ``info`` {"status": "damaged", "reason": ...}."""
 
     path: Path
@@ -471,6 +510,7 @@ class RunResult:
     identity: dict = field(default_factory=dict)
     curve: list[dict] = field(default_factory=list)
     per_position: list[dict] = field(default_factory=list)
+    tasks: list[dict] = field(default_factory=list)  # task points (TASK_POINT_KINDS)
 
     @property
     def status(self) -> str:
@@ -487,6 +527,11 @@ class RunResult:
     @property
     def encoding(self) -> str | None:
         return self.identity.get("encoding.name", self.info.get("encoding"))
+
+    @property
+    def task(self) -> str | None:
+        """The task of a task run (data=task); None for a corpus run."""
+        return self.identity.get("task.name")
 
     @property
     def train_len(self) -> int | None:
@@ -582,14 +627,36 @@ def _check_blocks(file: Path, where: str, p: dict) -> None:
 
 def read_curve(file: Path) -> tuple[list[dict], list[dict]]:
     """eval.json's curve points and per-position records, every key the report reads checked."""
+    curve, per_position, _ = read_points(file)
+    return curve, per_position
+
+
+def _check_task_points(file: Path, tasks: list) -> None:
+    for i, p in enumerate(tasks, 1):
+        where = f"task point {i}: "
+        _check_fields(file, where, p, TASK_POINT_KINDS,
+                      (TASK_POINT_KEYS - {"depth"}) | {"applicable"})
+        if p.get("rope_scaling") is not None:
+            _check_fields(file, f"{where}rope_scaling: ", p["rope_scaling"], SCALING_KINDS,
+                          ("method", "factor"))
+        if p["applicable"]:
+            _check_fields(file, where, p, {}, ("exact", "token_acc", "answer_loss"))
+
+
+def read_points(file: Path) -> tuple[list[dict], list[dict], list[dict]]:
+    """eval.json's curve points, per-position records and task points, every key the report
+    reads checked.  A task run's curve is empty; any other eval.json holds curve points."""
     if not file.is_file():
         raise PosexpError(f"{file} does not exist")
     try:
         data = json.loads(file.read_text())
     except (OSError, ValueError) as e:
         raise PosexpError(f"{file} is unreadable: {e}") from None
-    _check_fields(file, "", data, {"curve": LIST, "per_position": LIST}, ("curve",))
-    if not data["curve"]:
+    _check_fields(file, "", data, {"curve": LIST, "per_position": LIST, "tasks": LIST},
+                  ("curve",))
+    tasks = data.get("tasks") or []
+    _check_task_points(file, tasks)
+    if not data["curve"] and not tasks:
         raise PosexpError(f"{file} is damaged: the curve holds no points")
     for i, p in enumerate(data["curve"], 1):
         _check_fields(file, f"curve point {i}: ", p, POINT_KINDS, POINT_KEYS | {"applicable"})
@@ -615,7 +682,7 @@ def read_curve(file: Path) -> tuple[list[dict], list[dict]]:
                                         or not all(x is None or _KINDS[NUM](x) for x in se))):
             raise PosexpError(f"{file} is damaged: {where}position, position_end, loss and "
                               "loss_se are not lists of numbers of one length")
-    return data["curve"], per_position
+    return data["curve"], per_position, tasks
 
 
 def load_run(path: Path) -> RunResult:
@@ -637,10 +704,10 @@ def load_run(path: Path) -> RunResult:
             return RunResult(path, info)
         _check_fields(path / RUN, "", info, {}, ("encoding", "seq_len"))
         ident = read_identity(run, info)
-        curve, per_position = read_curve(path / EVAL)
+        curve, per_position, tasks = read_points(path / EVAL)
     except PosexpError as e:
         return RunResult(path, {"status": DAMAGED, "reason": str(e)})
-    return RunResult(path, info, ident, curve, per_position)
+    return RunResult(path, info, ident, curve, per_position, tasks)
 
 
 def run_dirs(root: Path) -> list[Path]:

@@ -18,10 +18,12 @@ from tqdm.auto import tqdm
 
 from posexp import config as C
 from posexp.data import Corpus
+from posexp.data.tasks import PAD, TaskData, heldout, training_batch
 from posexp.distributed import World, mean
 from posexp.encodings.rope_scaling import RopeScaling
 from posexp.errors import PosexpError, Stopped, UsageError
 from posexp.evaluate import autocast, score_windows
+from posexp.evaluate_tasks import answer_loss
 from posexp.model import GPT, GPTConfig
 from posexp.runs import Run
 from posexp.sinks import Sink
@@ -139,6 +141,30 @@ def sample_batch(
     return torch.from_numpy(train[starts[:, None] + np.arange(seq_len + 1)].astype(np.int64))
 
 
+IGNORE = -100  # F.cross_entropy's ignore_index: a target that the loss leaves out
+TASK_STREAM = 1  # tells the task batches' generator from random_positions' (both (seed, step))
+VAL_INSTANCES = 64  # held-out instances of a task run's validation loss
+
+
+def task_batch(data: TaskData, batch_size: int, seed: int, step: int,
+               fixed_width: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(inputs, targets) [batch_size, T] of step ``step`` of a task run: fresh instances of
+    lengths up to n_max (data.tasks.training_batch), T the longest one's tokens minus one --
+    or with ``fixed_width`` the longest possible one's, so that every step has one shape (a
+    compiled step is not compiled again for each width).  Targets that are not answer tokens
+    (prompt, padding) are IGNORE, so the loss counts the answer and its EOS only; padding on
+    the right changes nothing before it, in a causal model.  The generator is seeded by
+    (seed, step), so a resumed run draws the batches of an uninterrupted one."""
+    rng = np.random.default_rng([seed, step, TASK_STREAM])
+    inputs, targets, loss_mask = training_batch(data.task, rng, batch_size, data.n_max)
+    targets[~loss_mask] = IGNORE
+    if fixed_width:
+        pad = data.task.tokens_for(data.n_max) - 1 - inputs.shape[1]
+        inputs = np.pad(inputs, ((0, 0), (0, pad)), constant_values=PAD)
+        targets = np.pad(targets, ((0, 0), (0, pad)), constant_values=IGNORE)
+    return torch.from_numpy(inputs), torch.from_numpy(targets)
+
+
 def random_positions(batch_size: int, seq_len: int, limit: int, seed: int,
                      step: int) -> torch.Tensor:
     """[batch_size, seq_len] positions for step ``step`` of a run trained with randomized
@@ -152,11 +178,18 @@ def random_positions(batch_size: int, seq_len: int, limit: int, seed: int,
     return torch.from_numpy(np.stack(rows).astype(np.int64))
 
 
-def val_loss(model: GPT, corpus: Corpus, cfg: DictConfig, device: torch.device) -> float:
+def val_loss(model: GPT, corpus: Corpus | TaskData, cfg: DictConfig,
+             device: torch.device) -> float:
     """Validation loss at the training length on the first train.val_tokens tokens, in eval
-    mode (no dropout; it draws no random numbers, so it leaves the training run unchanged)."""
-    n = min(cfg.train.val_tokens, len(corpus.val) - cfg.train.seq_len - 1)
+    mode (no dropout; it draws no random numbers, so it leaves the training run unchanged).
+    A task run's: nats per answer token on VAL_INSTANCES held-out instances of length n_max."""
     model.eval()
+    if isinstance(corpus, TaskData):
+        loss = answer_loss(model, heldout(corpus.task, corpus.n_max, VAL_INSTANCES,
+                                          cfg.task.eval_seed), device)
+        model.train()
+        return loss
+    n = min(cfg.train.val_tokens, len(corpus.val) - cfg.train.seq_len - 1)
     losses, _ = score_windows(model, corpus.val, cfg.train.seq_len, cfg.train.seq_len,
                               cfg.train.seq_len, n, cfg.eval.batch_tokens, device)
     model.train()
@@ -222,13 +255,15 @@ class StopSignals:
             signal.signal(sig, handler)
 
 
-def fit(model: GPT, corpus: Corpus, cfg: DictConfig, run: Run | None, sink: Sink,
+def fit(model: GPT, corpus: Corpus | TaskData, cfg: DictConfig, run: Run | None, sink: Sink,
         device: torch.device, progress: bool = True, resume: dict | None = None,
         world: World = World()) -> dict:
     """Train to the token budget, checkpointing every train.checkpoint_every tokens and on
     SIGINT/SIGTERM; ``resume`` is a checkpoint to continue from exactly where it stopped.
     In a world of several processes each trains on its slice of every batch, and only rank
-    0 (the one given a ``run``) writes."""
+    0 (the one given a ``run``) writes.  A task run (``corpus`` a TaskData) trains on
+    task_batch's instances, its loss on their answers only; train.tokens counts
+    train.seq_len tokens a row all the same, so a step is the same for both kinds of run."""
     t = cfg.train
     rows = slice(world.rank * t.batch_size // world.size,
                  (world.rank + 1) * t.batch_size // world.size)
@@ -236,7 +271,8 @@ def fit(model: GPT, corpus: Corpus, cfg: DictConfig, run: Run | None, sink: Sink
     if world.size > 1:
         step_model = DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None)
-    if use_compile(cfg, device):
+    compiled = use_compile(cfg, device)
+    if compiled:
         step_model = torch.compile(step_model)
     tokens_per_step = t.batch_size * t.seq_len
     total_steps = t.tokens // tokens_per_step
@@ -273,16 +309,19 @@ def fit(model: GPT, corpus: Corpus, cfg: DictConfig, run: Run | None, sink: Sink
             lr = lr_at(step, total_steps, warmup, t.lr, t.min_lr_ratio)
             for group in opt.param_groups:
                 group["lr"] = lr
-            batch = sample_batch(corpus.train, t.batch_size, t.seq_len, gen)[rows]
-            if device.type == "cuda":  # a copy from pageable memory would wait for the GPU
-                batch = batch.pin_memory()
-            batch = batch.to(device, non_blocking=True)
+            if isinstance(corpus, TaskData):
+                inputs, targets = (to_device(x[rows], device) for x in task_batch(
+                    corpus, t.batch_size, cfg.seed, step, fixed_width=compiled))
+            else:
+                batch = to_device(sample_batch(corpus.train, t.batch_size, t.seq_len, gen)[rows],
+                                  device)
+                inputs, targets = batch[:, :-1], batch[:, 1:]
             positions = None
             if t.get("random_positions") is not None:
-                positions = random_positions(t.batch_size, t.seq_len, t.random_positions,
+                positions = random_positions(t.batch_size, inputs.shape[1], t.random_positions,
                                              cfg.seed, step)[rows].to(device)
             with autocast(device):
-                loss = step_model(batch[:, :-1], batch[:, 1:], positions)
+                loss = step_model(inputs, targets, positions)
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
             opt.step()
@@ -325,6 +364,12 @@ def fit(model: GPT, corpus: Corpus, cfg: DictConfig, run: Run | None, sink: Sink
             "tok_per_s": round((total_steps - first_step) * tokens_per_step
                                / max(1e-9, time.perf_counter() - start)),
             "final_train_loss": last["loss"], "final_val_loss": last.get("val_loss")}
+
+
+def to_device(x: torch.Tensor, device: torch.device) -> torch.Tensor:
+    if device.type == "cuda":  # a copy from pageable memory would wait for the GPU
+        x = x.pin_memory()
+    return x.to(device, non_blocking=True)
 
 
 def weights_hash(model: GPT) -> str:

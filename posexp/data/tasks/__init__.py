@@ -17,7 +17,10 @@ are not disjoint sets: at small lengths the instance space is small (copy of len
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -41,11 +44,17 @@ from posexp.data.tasks.metrics import (
 from posexp.data.tasks.vocab import PAD, VOCAB, VOCAB_SIZE, decode, encode
 
 __all__ = [
-    "TASKS", "VOCAB", "VOCAB_SIZE", "AdditionTask", "CopyTask", "Instance", "ParityTask",
-    "PasskeyTask", "RecallTask", "ReverseTask", "SortTask", "Task", "binomial_interval",
-    "constant_baseline", "decode", "encode", "exact_match", "get_task", "heldout",
-    "max_length_within", "padded", "token_accuracy", "training_batch",
+    "PAD", "TASKS", "VOCAB", "VOCAB_SIZE", "AdditionTask", "CopyTask", "Instance", "ParityTask",
+    "PasskeyTask", "RecallTask", "ReverseTask", "SortTask", "Task", "TaskData",
+    "binomial_interval", "constant_baseline", "decode", "encode", "exact_match", "get_task",
+    "heldout", "instances_sha256", "max_length_within", "padded", "task_fingerprint",
+    "token_accuracy", "training_batch",
 ]
+
+# Raised whenever a task's instances change for the same seed: a run records its task's
+# fingerprint (task_fingerprint), and an older run's checkpoint is then not evaluated as
+# if trained on the task as it is now.
+TASKS_VERSION = "1"
 
 TASKS: dict[str, Task] = {task.name: task for task in (
     CopyTask(), ReverseTask(), SortTask(), ParityTask(), AdditionTask(), RecallTask(),
@@ -115,3 +124,55 @@ def heldout(task: Task, length: int, count: int, seed: int,
     depth_code = 0 if depth is None else 1 + round(1000 * depth)
     rng = np.random.default_rng([seed, task.task_id, length, depth_code])
     return [task.sample(rng, length, depth) for _ in range(count)]
+
+
+def task_fingerprint(task: Task) -> str:
+    """SHA-256 of what defines ``task``'s instances: its name and id, its settings (addition's
+    digit limit), the vocabulary and TASKS_VERSION."""
+    definition = {"name": task.name, "task_id": task.task_id, "settings": vars(task),
+                  "version": TASKS_VERSION, "vocab": VOCAB}
+    return hashlib.sha256(json.dumps(definition, sort_keys=True).encode()).hexdigest()
+
+
+def instances_sha256(instances: Sequence[Instance]) -> str:
+    """SHA-256 of the instances' tokens and answer starts, in order: two points with the
+    same hash were scored on the same instances."""
+    digest = hashlib.sha256()
+    for instance in instances:
+        digest.update(np.int64(instance.answer_start).tobytes())
+        digest.update(np.int64(len(instance.tokens)).tobytes())
+        digest.update(np.ascontiguousarray(instance.tokens, dtype=np.int64).tobytes())
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class TaskData:
+    """A task run's data, where a corpus run has its Corpus: the task, the longest length
+    trained on (n_max) and the fingerprint of its definition.  ``describe`` is run.json's
+    corpus record, with the keys a corpus has (tokenizer: the task vocabulary)."""
+
+    task: Task
+    n_max: int
+    tokenizer = "task"  # a class attribute, not a field
+
+    @property
+    def name(self) -> str:
+        return f"task:{self.task.name}"
+
+    @property
+    def vocab_size(self) -> int:
+        return VOCAB_SIZE
+
+    @property
+    def fingerprint(self) -> str:
+        return task_fingerprint(self.task)
+
+    @property
+    def tokenizer_fingerprint(self) -> str:
+        return hashlib.sha256(json.dumps(VOCAB).encode()).hexdigest()
+
+    def describe(self) -> dict:
+        return {"name": self.name, "fingerprint": self.fingerprint, "tokenizer": self.tokenizer,
+                "tokenizer_fingerprint": self.tokenizer_fingerprint,
+                "vocab_size": self.vocab_size, "task": self.task.name,
+                "max_train_length": self.n_max, "version": TASKS_VERSION}

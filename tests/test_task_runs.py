@@ -1,0 +1,372 @@
+"""Task runs (data=task): training on answer tokens only, scoring held-out instances per length,
+the records in eval.json and run.json, and the CLI end to end for every task."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from omegaconf import OmegaConf
+
+from posexp import cli
+from posexp import config as C
+from posexp.data.tasks import (
+    TASKS,
+    VOCAB_SIZE,
+    TaskData,
+    constant_baseline,
+    heldout,
+    instances_sha256,
+    padded,
+    task_fingerprint,
+    training_batch,
+)
+from posexp.encodings import ENCODINGS
+from posexp.evaluate_tasks import row_scores, score_instances, summarize, task_curve
+from posexp.model import GPT, GPTConfig
+from posexp.runs import TASK_POINT_KINDS, Run, load_run
+from posexp.sinks import Sink
+from posexp.train import IGNORE, TASK_STREAM, build_model, fit, task_batch, weights_hash
+from tests.conftest import assert_usage_error, copy_run, in_process, read_json
+
+SMALL = ["model.d_model=32", "model.n_layer=1", "model.n_head=2", "train.seq_len=32",
+         "train.tokens=8192", "train.batch_tokens=256", "train.log_every=8",
+         "train.val_every_tokens=4096", "task.eval_count=16", "device=cpu"]
+
+# per task: an encoding, extra overrides, the lengths scored, and the n/a reasons expected
+# (a fragment of the reason, by length); the runs use every kind of encoding between them
+RUNS = {
+    "copy": ("nope", [], [4, 15, 30], {}),
+    "reverse": ("rope", ["train.random_positions=64"], [15, 30], {}),
+    "sort": ("rope", ["eval.rope_scaling=linear", "eval.rope_scaling.factor=2"], [15, 30], {}),
+    "parity": ("alibi", [], [29, 58], {}),
+    "addition": ("t5", [], [9, 21], {21: "addition: 21 digits is past the 20-digit limit"}),
+    "recall": ("learned", [], [13, 26],
+               {26: "learned positions stop at 32; there is no position 32 or beyond"}),
+    "passkey": ("kerple_log", ["task.depths=[0.0,1.0]"], [3, 24, 48],
+                {3: "passkey: a context of 3 tokens cannot hold the 6-token key block"}),
+}
+
+
+def compose(args: list[str]):
+    C.register()
+    return cli.compose(args)
+
+
+def task_args(task: str, encoding: str | None = None, seed: int = 0) -> list[str]:
+    enc, extra, lengths, _ = RUNS[task]
+    return ["train", "data=task", f"task={task}", f"encoding={encoding or enc}", f"seed={seed}",
+            *SMALL, *extra, f"eval.task_lengths=[{','.join(map(str, lengths))}]",
+            "results_dir=out", f"experiment={task}"]  # the default run name has no task
+
+
+@pytest.fixture(scope="module")
+def task_runs(tmp_path_factory):
+    """``task_runs(task, encoding=None, seed=0)``: the result and directory of a tiny task
+    run through the CLI in this process, trained once per module, with a token cache of its
+    own (which a task run never touches)."""
+    root = tmp_path_factory.mktemp("task_runs")
+    cache = root / "cache"
+    runs: dict[tuple, tuple] = {}
+
+    def get(task: str, encoding: str | None = None, seed: int = 0):
+        key = (task, encoding, seed)
+        if key not in runs:
+            r = in_process(task_args(task, encoding, seed), root, {"POSEXP_CACHE": str(cache)})
+            enc = encoding or RUNS[task][0]
+            runs[key] = r, root / "out" / task / f"{enc}-L32-s{seed}"
+        return runs[key]
+
+    get.cache = cache
+    get.root = root
+    return get
+
+
+def tiny_gpt(encoding: str = "nope", max_positions: int = 32) -> GPT:
+    torch.manual_seed(0)
+    return GPT(GPTConfig(vocab_size=VOCAB_SIZE, d_model=32, n_layer=1, n_head=2, d_ff=64,
+                         encoding=encoding, max_positions=max_positions))
+
+
+# --- training ------------------------------------------------------------------------------
+def test_the_training_loss_counts_answer_tokens_only():
+    task, model = TASKS["addition"], tiny_gpt()
+    inputs, targets = task_batch(TaskData(task, 5), 8, seed=3, step=7)
+    # the same batch, drawn again from the generator task_batch seeds
+    raw_in, raw_targets, mask = training_batch(
+        task, np.random.default_rng([3, 7, TASK_STREAM]), 8, 5)
+    assert np.array_equal(inputs.numpy(), raw_in)
+    assert np.array_equal(targets.numpy() == IGNORE, ~mask)
+    assert (targets.numpy()[mask] == raw_targets[mask]).all()
+    with torch.no_grad():
+        loss = model(inputs, targets).item()
+        logits = model.head(model.hidden(inputs)).double()
+    log_probs = torch.log_softmax(logits, -1).gather(
+        -1, torch.from_numpy(raw_targets)[..., None])[..., 0].numpy()
+    by_hand = -log_probs[mask].mean()
+    assert loss == pytest.approx(by_hand, rel=1e-5)
+    # prompt and padding positions would change it: the mask matters
+    assert abs(-log_probs.mean() - by_hand) > 1e-3
+    # a compiled run's batches, padded to the widest instance (3 x 5 + 4 - 1 inputs), too
+    wide_in, wide_targets = task_batch(TaskData(task, 5), 8, seed=3, step=7, fixed_width=True)
+    assert inputs.shape == (8, 15) and wide_in.shape == (8, 18)
+    assert (wide_targets != IGNORE).sum() == mask.sum()
+    with torch.no_grad():
+        assert model(wide_in, wide_targets).item() == pytest.approx(loss, rel=1e-5)
+
+
+def test_resuming_a_task_run_gives_the_weights_of_an_uninterrupted_one(tmp_path):
+    cfg = C.resolve(compose(["data=task", "task=copy", "encoding=rope", *SMALL,
+                                 "train.tokens=4096", f"results_dir={tmp_path}"]))
+    cfg.train.checkpoint_every = 4 * 256  # every 4 steps
+    cfg.train.log_every = 4
+    data = TaskData(TASKS["copy"], C.task_max_length(cfg))
+    cpu = torch.device("cpu")
+    torch.manual_seed(0)
+    whole = build_model(cfg, VOCAB_SIZE)
+    fit(whole, data, cfg, None, Sink(), cpu, progress=False)
+
+    class StopAt8(Sink):
+        def log(self, record: dict) -> None:
+            if record.get("step") == 8 and "loss" in record:
+                raise KeyboardInterrupt  # after step 8's update, before its checkpoint
+
+    run = Run.create(tmp_path / "run", cfg)
+    torch.manual_seed(0)
+    first = build_model(cfg, VOCAB_SIZE)
+    with pytest.raises(KeyboardInterrupt):
+        fit(first, data, cfg, run, StopAt8(), cpu, progress=False)
+    state = run.load_checkpoint()
+    assert state["step"] == 4
+    resumed = build_model(cfg, VOCAB_SIZE)
+    resumed.load_state_dict(state["model"])
+    fit(resumed, data, cfg, None, Sink(), cpu, progress=False, resume=state)
+    assert weights_hash(resumed) == weights_hash(whole)
+    assert weights_hash(first) != weights_hash(whole)  # it did stop short
+
+
+# --- scoring ---------------------------------------------------------------------------------
+def test_an_oracle_scores_one_and_a_constant_answer_scores_chance():
+    instances = heldout(TASKS["parity"], 6, 64, seed=0)
+    _, targets, mask = padded(instances)
+    t, m = torch.from_numpy(targets), torch.from_numpy(mask)
+    oracle = F.one_hot(t, VOCAB_SIZE).float() * 30
+    point = summarize(instances, *row_scores(oracle, t, m))
+    assert point["exact"] == 1 and point["token_acc"] == 1
+    assert point["exact_low"] > 0.94 and point["exact_high"] == 1
+    assert point["token_acc_low"] == point["token_acc_high"] == 1
+    assert point["answer_loss"] < 1e-9
+
+    # the prompt-blind predictor: the commoner parity bit, then EOS
+    bits = np.array([inst.answer[0] for inst in instances])
+    values, counts = np.unique(bits, return_counts=True)
+    common = values[counts.argmax()]
+    constant = torch.zeros(*targets.shape, VOCAB_SIZE)
+    constant[..., int(instances[0].answer[-1])] = 1.0  # EOS everywhere ...
+    for row, inst in enumerate(instances):
+        constant[row, inst.answer_start - 1, int(common)] = 2.0  # ... but the bit's position
+    point = summarize(instances, *row_scores(constant, t, m))
+    share = counts.max() / len(instances)
+    assert point["exact"] == pytest.approx(share)
+    assert point["token_acc"] == pytest.approx((share + 1) / 2)
+    assert (point["exact"], point["token_acc"]) == pytest.approx(constant_baseline(instances))
+    assert (point["chance_exact"], point["chance_token"]) == pytest.approx((share, (share + 1) / 2))
+    assert point["exact_low"] < share < point["exact_high"]
+
+    uniform = torch.zeros(*targets.shape, VOCAB_SIZE)
+    assert summarize(instances, *row_scores(uniform, t, m))["answer_loss"] == pytest.approx(
+        math.log(VOCAB_SIZE))
+
+
+def test_batches_of_any_size_score_alike():
+    model = tiny_gpt("rope").eval()
+    instances = heldout(TASKS["reverse"], 7, 10, seed=1)
+    one = score_instances(model, instances, torch.device("cpu"), batch_tokens=1)
+    all_ = score_instances(model, instances, torch.device("cpu"), batch_tokens=1 << 16)
+    assert all(np.array_equal(a, b) for a, b in zip(one[:2], all_[:2], strict=True))
+    assert one[2] == pytest.approx(all_[2]) and one[3] == all_[3] == 10 * 8
+
+
+@pytest.mark.parametrize("encoding", sorted(ENCODINGS))
+def test_every_encoding_scores_a_task_or_says_why_not(encoding):
+    model = tiny_gpt(encoding, max_positions=16)
+    points = task_curve(model, TASKS["copy"], [(3, None), (8, None)], 4, 0,
+                        torch.device("cpu"))
+    assert [p["tokens"] for p in points] == [8, 18]
+    assert points[0]["applicable"] and 0 <= points[0]["exact"] <= 1
+    if encoding == "learned":  # 17 input tokens, 16 rows
+        assert not points[1]["applicable"]
+        assert points[1]["reason"] == ("learned positions stop at 16; there is no position 16 "
+                                       "or beyond to read the 17 input tokens of length 8")
+    else:
+        assert points[1]["applicable"] and math.isfinite(points[1]["answer_loss"])
+
+
+# --- the CLI end to end ------------------------------------------------------------------------
+@pytest.mark.parametrize("task", sorted(RUNS))
+def test_a_task_run_end_to_end(task_runs, task):
+    r, path = task_runs(task)
+    assert r.returncode == 0, r.stderr
+    _, _, lengths, na = RUNS[task]
+    n_max = C.task_max_length(C.resolve(compose(task_args(task)[1:])))
+    assert f"task {task} at lengths {TASKS[task].min_length}-{n_max}" in r.stderr
+    info = read_json(path / "run.json")
+    assert info["status"] == "completed"
+    assert info["corpus"]["name"] == f"task:{task}"
+    assert info["corpus"]["vocab_size"] == VOCAB_SIZE
+    assert info["corpus"]["fingerprint"] == task_fingerprint(TASKS[task])
+    eval_json = read_json(path / "eval.json")
+    assert eval_json["curve"] == []
+    points = eval_json["tasks"]
+    scalings = [None, {"method": "linear", "factor": 2.0}] if task == "sort" else [None]
+    depths = [0.0, 1.0] if task == "passkey" else [None]
+    assert sorted((p["length"], p["depth"] or 0.0, json.dumps(p["rope_scaling"]))
+                  for p in points) == sorted(
+        (n, d or 0.0, json.dumps(s)) for n in lengths for d in depths for s in scalings)
+    for p in points:
+        assert set(p) == set(TASK_POINT_KINDS)
+        assert (p["task"], p["count"], p["eval_seed"]) == (task, 16, 0)
+        assert p["tokens"] == TASKS[task].tokens_for(p["length"])
+        if p["length"] in na:
+            assert not p["applicable"] and na[p["length"]] in p["reason"]
+            assert p["exact"] is None
+        else:
+            assert p["applicable"] and p["reason"] is None
+            assert 0 <= p["exact_low"] <= p["exact"] <= p["exact_high"] <= 1
+            assert 0 <= p["token_acc_low"] <= p["token_acc"] <= p["token_acc_high"] <= 1
+            assert p["answer_loss"] > 0
+            instances = heldout(TASKS[task], p["length"], 16, 0, p["depth"])
+            assert p["instances_sha256"] == instances_sha256(instances)
+            assert (p["chance_exact"], p["chance_token"]) == pytest.approx(
+                constant_baseline(instances))
+    assert f"out/{task}/{path.name}: task {task}" in r.stdout
+    result = load_run(path)
+    assert result.status == "completed" and result.task == task
+    assert result.tasks == points
+
+
+def test_a_task_run_reads_no_corpus(task_runs):
+    r, _ = task_runs("copy")
+    assert r.returncode == 0, r.stderr
+    assert not task_runs.cache.exists() or not any(task_runs.cache.iterdir())
+
+
+def test_every_run_is_scored_on_the_same_instances(task_runs):
+    (r1, a), (r2, b) = task_runs("copy"), task_runs("copy", "alibi", seed=1)
+    assert r1.returncode == 0 and r2.returncode == 0, r2.stderr
+    assert read_json(a / "run.json")["weights_sha256"] != read_json(b / "run.json")[
+        "weights_sha256"]
+    hashes = [{p["length"]: p["instances_sha256"] for p in read_json(d / "eval.json")["tasks"]}
+              for d in (a, b)]
+    assert hashes[0] == hashes[1] and len(set(hashes[0].values())) == 3
+
+
+def test_the_same_command_skips_and_eval_scores_only_missing_points(task_runs, tmp_path):
+    _, trained = task_runs("copy")
+    path = copy_run(trained, tmp_path / "out")
+    before = (path / "eval.json").read_text()
+    again = in_process(task_args("copy"), tmp_path, {})
+    assert again.returncode == 0, again.stderr
+    assert "holds every task point asked for; skipped" in again.stderr
+    assert (path / "eval.json").read_text() == before
+
+    r = in_process(["eval", str(path), "eval.task_lengths=[2,15]"], tmp_path, {})
+    assert r.returncode == 0, r.stderr
+    assert "scoring the 1 task point(s) that eval.json lacks (length 2)" in r.stderr
+    old = {p["length"]: p for p in json.loads(before)["tasks"]}
+    new = {p["length"]: p for p in read_json(path / "eval.json")["tasks"]}
+    assert sorted(new) == [2, 4, 15, 30]
+    assert new[15] == old[15]  # kept, not scored again
+    assert new[2]["applicable"] and new[2]["tokens"] == 6
+
+    # another instance count is another point, beside the first
+    r = in_process(["eval", str(path), "eval.task_lengths=[2]", "task.eval_count=8"],
+                   tmp_path, {})
+    assert r.returncode == 0, r.stderr
+    counts = sorted(p["count"] for p in read_json(path / "eval.json")["tasks"]
+                    if p["length"] == 2)
+    assert counts == [8, 16]
+
+    ls = in_process(["ls", str(tmp_path / "out")], tmp_path, {})
+    assert ls.returncode == 0, ls.stderr
+    row = next(line for line in ls.stdout.splitlines() if "nope-L32-s0" in line)
+    exact = {p["length"]: p["exact"] for p in new.values()}
+    assert f"copy: exact {exact[15]:.2f}" in row and f"30  exact {exact[30]:.2f}" in row
+
+
+def test_a_damaged_task_point_makes_the_run_damaged(task_runs, tmp_path):
+    _, trained = task_runs("copy")
+    path = copy_run(trained, tmp_path / "out")
+    data = read_json(path / "eval.json")
+    data["tasks"][1]["exact"] = "high"
+    (path / "eval.json").write_text(json.dumps(data))
+    result = load_run(path)
+    assert result.status == "damaged"
+    assert result.reason == (f"{path / 'eval.json'} is damaged: task point 2: 'exact' is "
+                             "'high', not a number")
+    data["tasks"] = []
+    (path / "eval.json").write_text(json.dumps(data))
+    assert "the curve holds no points" in load_run(path).reason
+
+
+# --- the config ---------------------------------------------------------------------------
+def test_the_identity_holds_the_task_and_not_its_evaluation():
+    base = ["data=task", "task=passkey", "device=cpu"]
+    ident = C.identity(compose(base))
+    assert ident["task.name"] == "passkey" and ident["data.source"] == "task"
+    assert ident["data.vocab_size"] == VOCAB_SIZE
+    assert not any(k.startswith("eval.") or k in ("task.eval_count", "task.eval_seed",
+                                                  "task.depths") for k in ident)
+    evaluated = compose([*base, "task.eval_count=10", "task.eval_seed=3",
+                             "task.depths=[0.5]", "eval.task_lengths=[8]"])
+    assert C.identity(evaluated) == ident
+    assert C.identity(compose(["data=task", "task=copy", "device=cpu"])) != ident
+    assert not any(k.startswith("task") for k in C.identity(compose(["device=cpu"])))
+
+
+def test_task_lengths_default_to_multiples_of_the_longest_trained():
+    cfg = C.resolve(compose(["data=task", "task=copy", "train.seq_len=32"]))
+    assert C.task_max_length(cfg) == 15
+    assert list(cfg.eval.task_lengths) == [15, 30, 60, 120]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["task=copy"], "task=copy is set, but this run trains on data=stdlib; add data=task"),
+    (["data=task"], "data=task needs a task: add task=NAME, one of copy, reverse, sort"),
+    (["data=task", "task=juggle"], "there is no task 'juggle'; available options in 'task': "
+                                   "addition, copy"),
+    (["data=task", "task=copy", "eval.task_lengths=[0]"],
+     "each of eval.task_lengths must be a positive integer, got 0"),
+    (["data=task", "task=copy", "eval.task_lengths=[8,8]"],
+     "eval.task_lengths lists 8 more than once"),
+    (["eval.task_lengths=[8]"], "eval.task_lengths is set, but this run is not a task run"),
+    (["data=task", "task=copy", "task.eval_count=0"],
+     "task.eval_count must be a positive integer, got 0"),
+    (["data=task", "task=passkey", "task.depths=[1.5]"],
+     "each of task.depths must be a finite number in [0, 1], got 1.5"),
+    (["data=task", "task=passkey", "train.seq_len=4", "train.batch_tokens=64"],
+     "train.seq_len is too short for the task: passkey: even the shortest instance"),
+    (["data=task", "task=copy", "data.vocab_size=256"], "data=task has its own vocabulary"),
+])
+def test_a_bad_task_config_is_one_line(posexp_here, args, message):
+    assert_usage_error(posexp_here("train", *args, "device=cpu"), message)
+
+
+def test_posexp_eval_refuses_task_settings_on_a_corpus_run(tmp_path, posexp_here):
+    path = tmp_path / "run"  # what posexp eval reads before it refuses: the saved config
+    path.mkdir()
+    (path / "config.yaml").write_text(OmegaConf.to_yaml(compose(["device=cpu"])))
+    (path / "run.json").write_text('{"status": "completed"}')
+    (path / "checkpoint.pt").write_bytes(b"")
+    assert_usage_error(posexp_here("eval", str(path), "task.eval_count=5"),
+                       "task.eval_count: this run has no task; it trains on data=stdlib")
+    assert_usage_error(posexp_here("eval", str(path), "eval.task_lengths=[4]"),
+                       "eval.task_lengths is set, but this run is not a task run")
+
+
+def test_the_task_group_is_listed_in_train_help(posexp_here):
+    r = posexp_here("train", "--help")
+    assert r.returncode == 0
+    assert "  task=           addition, copy, parity, passkey, recall, reverse, sort" in r.stdout
