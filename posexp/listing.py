@@ -144,9 +144,10 @@ def summary_points(r: RunResult) -> tuple[dict | None, dict | None]:
 
 
 def task_cells(r: RunResult) -> tuple[str, str, str]:
-    """A task run's ls cells: "TASK: exact X" at the longest length it was trained on, the
-    longest length scored, and exact match there; as trained, on the instances (count, eval
-    seed) most of its points were scored on, averaged over passkey's depths."""
+    """A task run's ls cells: "TASK n=N: exact X" at the longest task length n it was trained
+    on, the longest length scored ("n=M"), and exact match there; as trained, on the
+    instances (count, eval seed) most of its points were scored on, averaged over passkey's
+    depths."""
     plain = [p for p in r.tasks if p.get("rope_scaling") is None]
     if not plain:
         return f"{r.task}: -", "-", "-"
@@ -165,7 +166,7 @@ def task_cells(r: RunResult) -> tuple[str, str, str]:
 
     n_max = (r.info.get("corpus") or {}).get("max_train_length")
     longest = max(by_length)
-    return f"{r.task}: {exact(by_length.get(n_max, []))}", str(longest), \
+    return f"{r.task} n={n_max}: {exact(by_length.get(n_max, []))}", f"n={longest}", \
         exact(by_length[longest])
 
 
@@ -183,12 +184,15 @@ def runs_under(root: Path) -> list[RunResult]:
 
 LS_HEADER = ("RUN", "ENCODING", "L", "SEED", "MODEL", "STATUS", "PPL@L", "LONGEST",
              "PPL@LONGEST")
+# when every run listed is a task run: task lengths n (not tokens) and exact match
+LS_TASK_HEADER = (*LS_HEADER[:6], "EXACT@TRAINED", "LONGEST", "EXACT@LONGEST")
 
 
 def ls_rows(runs: list[RunResult], intervals: bool) -> list[tuple[str, ...]]:
     """The header and a row per run.  A run that is not completed has no perplexities: the
     reason it gives takes their place."""
-    rows: list[tuple[str, ...]] = [LS_HEADER]
+    tasks_only = all(r.task is not None for r in runs)
+    rows: list[tuple[str, ...]] = [LS_TASK_HEADER if tasks_only else LS_HEADER]
     for r in runs:
         who = (f"{r.path.parent.name}/{r.path.name}", str(r.encoding or "-"),
                str(r.train_len if r.train_len is not None else "-"),

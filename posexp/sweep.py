@@ -70,7 +70,7 @@ def is_glob(override: str) -> bool:
 
 # Already in the default run name ${encoding.name}-L${train.seq_len}-s${seed}.
 NAMED_KEYS = ("encoding", "train.seq_len", "seed")
-GROUPS = ("model", "data", "train", "eval", "logger")
+GROUPS = ("model", "data", "train", "eval", "logger", "task")  # named by the option chosen
 
 
 def run_name_override(jobs: list[list[str]]) -> list[str]:

@@ -293,7 +293,8 @@ def test_the_same_command_skips_and_eval_scores_only_missing_points(task_runs, t
     assert ls.returncode == 0, ls.stderr
     row = next(line for line in ls.stdout.splitlines() if "nope-L32-s0" in line)
     exact = {p["length"]: p["exact"] for p in new.values()}
-    assert f"copy: exact {exact[15]:.2f}" in row and f"30  exact {exact[30]:.2f}" in row
+    assert f"copy n=15: exact {exact[15]:.2f}" in row and f"n=30  exact {exact[30]:.2f}" in row
+    assert ls.stdout.split()[6:9] == ["EXACT@TRAINED", "LONGEST", "EXACT@LONGEST"]
 
 
 def test_a_damaged_task_point_makes_the_run_damaged(task_runs, tmp_path):
@@ -370,3 +371,13 @@ def test_the_task_group_is_listed_in_train_help(posexp_here):
     r = posexp_here("train", "--help")
     assert r.returncode == 0
     assert "  task=           addition, copy, parity, passkey, recall, reverse, sort" in r.stdout
+
+
+def test_a_sweep_over_tasks_names_each_run_by_its_task(tmp_path):
+    C.register()
+    jobs, _ = cli.plan_sweep(cli.parse_args(
+        ["data=task", "task=copy,reverse", "encoding=nope,alibi", "device=cpu",
+         f"results_dir={tmp_path}", "--cfg", "job"], "sweep"))
+    assert sorted(j.cfg.run_name for j in jobs) == [
+        "alibi-L64-s0,task=copy", "alibi-L64-s0,task=reverse", "nope-L64-s0,task=copy",
+        "nope-L64-s0,task=reverse"]
