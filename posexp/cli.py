@@ -500,6 +500,11 @@ def compose_overrides(overrides: list[str], flags: dict[str, str],
     except UsageError:
         raise
     except Exception as e:
+        task_keys = [o.partition("=")[0] for o in overrides if o.startswith("task.")]
+        if task_keys and not any(o.startswith("task=") for o in overrides):
+            # Hydra's own words would be "Unexpected type for root: NoneType"
+            raise UsageError(f"{task_keys[0]} is set, but no task is chosen: add data=task "
+                             "task=NAME") from None
         raise UsageError(one_line(e)) from None
     check_hydra(cfg)
     try:

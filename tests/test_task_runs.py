@@ -350,6 +350,8 @@ def test_task_lengths_default_to_multiples_of_the_longest_trained():
     (["data=task", "task=passkey", "train.seq_len=4", "train.batch_tokens=64"],
      "train.seq_len is too short for the task: passkey: even the shortest instance"),
     (["data=task", "task=copy", "data.vocab_size=256"], "data=task has its own vocabulary"),
+    (["data=task", "task.eval_count=5"],
+     "task.eval_count is set, but no task is chosen: add data=task task=NAME"),
 ])
 def test_a_bad_task_config_is_one_line(posexp_here, args, message):
     assert_usage_error(posexp_here("train", *args, "device=cpu"), message)
