@@ -1031,7 +1031,8 @@ def compare(
 @app.command(cls=Command)
 def reproduce(
     preset: str = typer.Option("cpu", metavar="NAME|FILE", show_default=False,
-                               help="cpu, gpu, rope-scaling or rope-scaling-gpu "
+                               help="cpu, gpu, rope-scaling, encodings, tasks (each "
+                                    "with its -gpu preset) "
                                     "(configs/reproduce/), or a YAML file of the same shape "
                                     "(default: cpu)."),
     results_dir: Path = typer.Option(Path("results"), metavar="DIR", show_default=False,
@@ -1042,7 +1043,10 @@ def reproduce(
 
     The cpu and gpu presets test the claims of Press et al. (ALiBi, ICLR 2022) and two
     about NoPE; rope-scaling and rope-scaling-gpu those about RoPE context extension (PI,
-    NTK-aware, YaRN, with and without fine-tuning). Trains the runs the preset lists (a
+    NTK-aware, YaRN, with and without fine-tuning); encodings and encodings-gpu those about
+    the later encodings and randomized positions; tasks and tasks-gpu those about length
+    generalization on algorithmic tasks (Kazemnejad et al. 2023: NoPE against absolute
+    positions; Ruoss et al. 2023: randomized positions). Trains the runs the preset lists (a
     completed run of the same identity is reused), fine-tunes what it lists, scores each
     run, and writes the report, verdicts.md and verdicts.json under
     RESULTS_DIR/<experiment>/report.
@@ -1051,6 +1055,7 @@ def reproduce(
     Examples:
       posexp reproduce                  the cpu preset: about 15-20 minutes on 2 cores
       posexp reproduce --preset rope-scaling
+      posexp reproduce --preset tasks   about 30 minutes on 2 cores
       posexp reproduce --preset gpu
       posexp reproduce --preset my_claims.yaml --results-dir out
     """
@@ -1065,7 +1070,7 @@ def reproduce(
 
 # the shipped preset each claim set's presets must have the shape of
 CLAIM_SHAPES = {"press": "cpu.yaml", "rope-scaling": "rope-scaling.yaml",
-                "encodings": "encodings.yaml"}
+                "encodings": "encodings.yaml", "tasks": "tasks.yaml"}
 # keys a preset may leave out: seeds default to [0], the report directory to report, sliding
 # to true, every_encoding to false; the press set has claims 7 to 9 only with their thresholds
 OPTIONAL_PRESET_KEYS = ("description", "seeds", "report", "every_encoding", "sliding",
@@ -1074,8 +1079,8 @@ OPTIONAL_PRESET_KEYS = ("description", "seeds", "report", "every_encoding", "sli
 
 def check_preset(name: str) -> None:
     """A preset file reads as YAML and has every key of the shipped preset of its claim set
-    (cpu.yaml, rope-scaling.yaml, encodings.yaml) but the optional ones, with lists where
-    it has lists: one line naming the file and the key otherwise."""
+    (cpu.yaml, rope-scaling.yaml, encodings.yaml, tasks.yaml) but the optional ones, with
+    lists where it has lists: one line naming the file and the key otherwise."""
     import yaml
 
     path = Path(name) if name.endswith((".yaml", ".yml")) else (
