@@ -534,7 +534,8 @@ def test_rope_scaling_suite_trains_scores_and_fine_tunes(posexp_here, tmp_path):
 
 
 @pytest.mark.parametrize("fields,message", [
-    ({"claims": "ropes"}, "claims must be one of press, rope-scaling, encodings, tasks, got 'ropes'"),
+    ({"claims": "ropes"},
+     "claims must be one of press, rope-scaling, encodings, tasks, got 'ropes'"),
     ({"finetunes": [{"parent": ["encoding=rope"], "overrides": ["encoding.scaling=yarn"]}]},
      "the parent of fine-tune ['encoding.scaling=yarn'] (['encoding=rope']) is not one of its "
      "runs"),

@@ -24,6 +24,7 @@ from posexp.data.tasks import (
     training_batch,
 )
 from posexp.encodings import ENCODINGS
+from posexp.errors import UsageError
 from posexp.evaluate_tasks import row_scores, score_instances, summarize, task_curve
 from posexp.model import GPT, GPTConfig
 from posexp.runs import TASK_POINT_KINDS, Run, load_run
@@ -145,6 +146,34 @@ def test_resuming_a_task_run_gives_the_weights_of_an_uninterrupted_one(tmp_path)
     fit(resumed, data, cfg, None, Sink(), cpu, progress=False, resume=state)
     assert weights_hash(resumed) == weights_hash(whole)
     assert weights_hash(first) != weights_hash(whole)  # it did stop short
+
+
+@pytest.mark.parametrize("encoding", sorted(ENCODINGS))
+@pytest.mark.parametrize("random_positions", [None, 64])
+def test_every_encoding_trains_on_a_task(encoding, random_positions):
+    """A few steps of every registered encoding, with and without random positions: the loss
+    on the answers falls from where it started, and the weights moved."""
+    args = ["data=task", "task=reverse", f"encoding={encoding}", *SMALL, "train.tokens=2048",
+            "train.lr=0.01"]
+    if random_positions:
+        args.append(f"train.random_positions={random_positions}")
+    if random_positions and encoding == "nope":
+        with pytest.raises(UsageError, match="nope reads no positions"):
+            compose(args)
+        return
+    cfg = C.resolve(compose(args))
+    data = TaskData(TASKS["reverse"], C.task_max_length(cfg))
+    torch.manual_seed(0)
+    model = build_model(cfg, VOCAB_SIZE)
+    before = weights_hash(model)
+    inputs, targets = task_batch(data, 32, seed=5, step=0)
+    with torch.no_grad():
+        start = model(inputs, targets).item()
+    fit(model, data, cfg, None, Sink(), torch.device("cpu"), progress=False)
+    with torch.no_grad():
+        end = model.eval()(inputs, targets).item()
+    assert weights_hash(model) != before
+    assert math.isfinite(end) and end < start
 
 
 # --- scoring ---------------------------------------------------------------------------------
