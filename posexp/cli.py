@@ -523,6 +523,8 @@ def compose_overrides(overrides: list[str], flags: dict[str, str],
         raise
     except Exception as e:
         raise UsageError(one_line(e)) from None
+    for o in overrides:
+        C.check_task_eval_key(cfg, o.partition("=")[0].lstrip("+~"))
     if with_hydra:
         with open_dict(cfg):
             cfg.hydra = hydra_node
@@ -1277,6 +1279,7 @@ def apply_overrides(saved: DictConfig, args: list[str], allowed: tuple[str, ...]
             if key.startswith("task.") and cfg.get("task") is None:
                 raise UsageError(f"{key}: this run has no task; it trains on "
                                  f"data={cfg.data.name}, not on a task (data=task)")
+            C.check_task_eval_key(cfg, key)
             value = o.value()
             if "_target_" in _keys_in(value):
                 raise UsageError(f"{arg!r} is refused: {CODE}")

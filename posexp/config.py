@@ -614,6 +614,18 @@ def check_task(cfg: DictConfig) -> None:
         raise UsageError(f"train.seq_len is too short for the task: {e}") from None
 
 
+# eval keys that say how a corpus run's windows are scored; a task run has none of them
+CORPUS_EVAL_KEYS = ("eval.lengths", "eval.mode", "eval.stride", "eval.tokens",
+                    "eval.per_position_buckets")
+
+
+def check_task_eval_key(cfg: DictConfig, key: str) -> None:
+    """A key set on the command line that a task run would ignore is refused, not dropped."""
+    if key in CORPUS_EVAL_KEYS and is_task_run(cfg):
+        raise UsageError(f"{key} sets how a corpus run's windows are scored; this run trains "
+                         "on a task (data=task): its lengths are eval.task_lengths")
+
+
 def check_task_eval(cfg: DictConfig) -> None:
     """eval.task_lengths and the task's evaluation settings (count, seed, passkey depths)."""
     lengths = cfg.eval.get("task_lengths")

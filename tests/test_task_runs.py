@@ -379,6 +379,9 @@ def test_task_lengths_default_to_multiples_of_the_longest_trained():
     (["data=task", "task=passkey", "train.seq_len=4", "train.batch_tokens=64"],
      "train.seq_len is too short for the task: passkey: even the shortest instance"),
     (["data=task", "task=copy", "data.vocab_size=256"], "data=task has its own vocabulary"),
+    (["data=task", "task=copy", "eval.lengths=[64,128]"],
+     "eval.lengths sets how a corpus run's windows are scored; this run trains on a task"),
+    (["data=task", "task=copy", "eval.mode=sliding"], "eval.mode sets how a corpus run's"),
     (["data=task", "task.eval_count=5"],
      "task.eval_count is set, but no task is chosen: add data=task task=NAME"),
 ])
@@ -396,6 +399,16 @@ def test_posexp_eval_refuses_task_settings_on_a_corpus_run(tmp_path, posexp_here
                        "task.eval_count: this run has no task; it trains on data=stdlib")
     assert_usage_error(posexp_here("eval", str(path), "eval.task_lengths=[4]"),
                        "eval.task_lengths is set, but this run is not a task run")
+
+
+def test_posexp_eval_refuses_corpus_settings_on_a_task_run(task_runs, tmp_path, posexp_here):
+    _, trained = task_runs("copy")
+    path = copy_run(trained, tmp_path / "out")
+    before = (path / "eval.json").read_text()
+    assert_usage_error(posexp_here("eval", str(path), "eval.lengths=[64]"),
+                       "eval.lengths sets how a corpus run's windows are scored; this run "
+                       "trains on a task (data=task): its lengths are eval.task_lengths")
+    assert (path / "eval.json").read_text() == before
 
 
 def test_the_task_group_is_listed_in_train_help(posexp_here):
