@@ -346,6 +346,48 @@ def curve_lines(a: RunResult, b: RunResult, comparable: bool) -> list[str]:
     return lines
 
 
+def exact_text(p: dict | None) -> str:
+    if p is None:
+        return "-"
+    if not p["applicable"]:
+        return "n/a"
+    return f"{p['exact']:.3f} [{p['exact_low']:.3f}, {p['exact_high']:.3f}]"
+
+
+def task_lines(a: RunResult, b: RunResult) -> list[str]:
+    """Two runs of one task: one row per (RoPE scaling, length, depth, instances) with A's
+    and B's exact match and B - A with its 95% interval (stats.difference_interval of the
+    two Wilson intervals) where both scored the same instances."""
+    from posexp import stats
+
+    def key(p: dict) -> tuple:
+        return (point_scaling(p), p["length"], p.get("depth"), p["count"], p["eval_seed"])
+
+    points = [{key(p): p for p in r.tasks} for r in (a, b)]
+    keys = sorted(points[0].keys() | points[1].keys(), key=lambda k: (
+        scaling_order(k[0]), k[1], -1.0 if k[2] is None else k[2], k[3], k[4]))
+    depth = any(k[2] is not None for k in keys)
+    scaled = any(k[0] is not None for k in keys)
+    rows = [("length", *(["depth"] * depth), *(["RoPE scaling"] * scaled), "instances",
+             "A exact [95%]", "B exact [95%]", "B-A [95%]")]
+    for k in keys:
+        pa, pb = (side.get(k) for side in points)
+        if pa is None or pb is None or not (pa["applicable"] and pb["applicable"]):
+            diff = "-"
+        elif pa["instances_sha256"] != pb["instances_sha256"]:
+            diff = "other instances: not comparable"
+        else:
+            d = stats.difference_interval(
+                (pb["exact"], pb["exact_low"], pb["exact_high"]),
+                (pa["exact"], pa["exact_low"], pa["exact_high"]))
+            diff = f"{d.value:+.3f} [{d.low:+.3f}, {d.high:+.3f}]"
+        rows.append((str(k[1]), *([f"{k[2]:g}" if k[2] is not None else "-"] * depth),
+                     *([scaling_text(k[0]) if k[0] else "as trained"] * scaled),
+                     f"{k[3]} (seed {k[4]})", exact_text(pa), exact_text(pb), diff))
+    return ["", f"task {a.task}: exact match on held-out instances", *table(rows, right={0},
+                                                                          indent="  ")]
+
+
 def compare_lines(path_a: Path, path_b: Path) -> list[str]:
     """`posexp compare`: what differs between two completed runs, and their curves."""
     a, b = completed_run(path_a), completed_run(path_b)
@@ -356,6 +398,11 @@ def compare_lines(path_a: Path, path_b: Path) -> list[str]:
             lines += ["", f"{title}:", *table([("key", "A", "B"), *keys], indent="  ")]
     if not ident and not other:
         lines += ["", "the configs are the same (but for where the runs are written)"]
+    if a.task is not None or b.task is not None:
+        if a.task != b.task:
+            return [*lines, "", f"A is trained on {a.task or 'a corpus'}, B on "
+                    f"{b.task or 'a corpus'}: their scores are not comparable"]
+        return lines + task_lines(a, b)
     corpus = corpus_line(a, b)
     if corpus:
         lines += ["", corpus]

@@ -685,18 +685,16 @@ def judge_accuracy(claim: Claim, runs: list[RunResult], metric: str,
 
 
 def newcombe(a: list[dict], b: list[dict], metric: str) -> stats.Interval:
-    """One seed: mean(a) - mean(b) over the lengths, with the 95% interval that combines the
-    points' own intervals (their half-widths in quadrature, each length's instances drawn
-    apart) by Newcombe's rule for a difference of two independent estimates."""
+    """One seed: mean(a) - mean(b) over the lengths, with the 95% interval of
+    stats.difference_interval; each mean's distances to its limits are the points' own,
+    added in quadrature and divided by their number (each length's instances drawn apart)."""
     def spread(points: list[dict]) -> tuple[float, float, float]:
         value = float(np.mean([p[metric] for p in points]))
         below = math.sqrt(sum((p[metric] - p[f"{metric}_low"]) ** 2 for p in points))
         above = math.sqrt(sum((p[f"{metric}_high"] - p[metric]) ** 2 for p in points))
-        return value, below / len(points), above / len(points)
+        return value, value - below / len(points), value + above / len(points)
 
-    (va, la, ua), (vb, lb, ub) = spread(a), spread(b)
-    d = va - vb
-    return stats.Interval(d, d - math.hypot(la, ub), d + math.hypot(ua, lb), 1, "Newcombe")
+    return stats.difference_interval(spread(a), spread(b))
 
 
 CLAIM_SETS = ("press", "rope-scaling", "encodings", "tasks")

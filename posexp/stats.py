@@ -52,6 +52,17 @@ class Interval:
         return f"{self.value:.{digits}f} [{self.low:.{digits}f}, {self.high:.{digits}f}]"
 
 
+def difference_interval(a: tuple[float, float, float],
+                        b: tuple[float, float, float]) -> Interval:
+    """a - b for two independent estimates, each (value, low, high) with its own 95%
+    interval, and the interval of the difference by Newcombe's rule (Statistics in Medicine
+    1998, method 10): the distances from each value to its limits, added in quadrature."""
+    (va, la, ha), (vb, lb, hb) = a, b
+    d = va - vb
+    return Interval(d, d - math.hypot(va - la, hb - vb), d + math.hypot(ha - va, vb - lb), 1,
+                    "Newcombe")
+
+
 def block_sums(target_losses: np.ndarray, n_blocks: int = BLOCKS) -> tuple[list[float], list[int]]:
     """(summed loss, token count) of each of ``min(n_blocks, N)`` contiguous blocks of the
     scored targets, in order; block sizes differ by at most one token."""

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from omegaconf import OmegaConf
 
-from posexp import cli
+from posexp import cli, stats
 from posexp import config as C
 from posexp.data.tasks import (
     TASKS,
@@ -425,3 +425,25 @@ def test_a_sweep_over_tasks_names_each_run_by_its_task(tmp_path):
     assert sorted(j.cfg.run_name for j in jobs) == [
         "alibi-L64-s0,task=copy", "alibi-L64-s0,task=reverse", "nope-L64-s0,task=copy",
         "nope-L64-s0,task=reverse"]
+
+
+def test_compare_puts_two_task_runs_side_by_side(task_runs, tmp_path):
+    (_, a), (_, b) = task_runs("copy"), task_runs("copy", "alibi", seed=1)
+    r = in_process(["compare", str(a), str(b)], tmp_path, {})
+    assert r.returncode == 0, r.stderr
+    pa, pb = ({p["length"]: p for p in read_json(d / "eval.json")["tasks"]} for d in (a, b))
+    d = stats.difference_interval((pb[15]["exact"], pb[15]["exact_low"], pb[15]["exact_high"]),
+                                  (pa[15]["exact"], pa[15]["exact_low"], pa[15]["exact_high"]))
+    row = next(line for line in r.stdout.splitlines() if line.split()[:1] == ["15"])
+    assert row.endswith(f"{d.value:+.3f} [{d.low:+.3f}, {d.high:+.3f}]")
+    assert "16 (seed 0)" in row
+    _, other = task_runs("reverse")
+    r = in_process(["compare", str(a), str(other)], tmp_path, {})
+    assert "A is trained on copy, B on reverse: their scores are not comparable" in r.stdout
+
+
+def test_the_interval_of_a_difference_adds_the_distances_in_quadrature():
+    d = stats.difference_interval((0.5, 0.4, 0.7), (0.2, 0.1, 0.25))
+    assert d.value == pytest.approx(0.3)
+    assert d.low == pytest.approx(0.3 - math.hypot(0.1, 0.05))
+    assert d.high == pytest.approx(0.3 + math.hypot(0.2, 0.1))
