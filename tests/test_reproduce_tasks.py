@@ -234,3 +234,14 @@ def test_the_tasks_preset_end_to_end(posexp_here, tmp_path):
         assert row["measured"].startswith(("no arm above chance", "nope - ", "rope "))
     assert (out / "tasks-copy.png").is_file()
     assert "NoPE against absolute positions on tasks" in (out / "verdicts.md").read_text()
+
+
+def test_a_length_no_run_could_score_is_left_out(tmp_path):
+    # addition past its digit limit: n/a for every run, so the claims read length 14 only
+    runs = arms(tmp_path, (0, 1), nope=lambda s: [0.5 + 0.01 * s, None],
+                learned=lambda s: [0.1, None], sinusoidal=lambda s: [0.2, None],
+                rope=lambda s: [0.3, None], rope_random=lambda s: [0.4, None])
+    v = by_number(verdicts(runs, PRESET, 16384))
+    assert v[1].verdict == v[2].verdict == HOLDS
+    assert "(lengths 14, exact match: nope 0.505, learned 0.100, sinusoidal 0.200)" in \
+        v[1].measured
