@@ -1057,7 +1057,7 @@ def reproduce(
     Examples:
       posexp reproduce                  the cpu preset: about 15-20 minutes on 2 cores
       posexp reproduce --preset rope-scaling
-      posexp reproduce --preset tasks   about 30 minutes on 2 cores
+      posexp reproduce --preset tasks   about 25 minutes on 2 cores
       posexp reproduce --preset gpu
       posexp reproduce --preset my_claims.yaml --results-dir out
     """
