@@ -779,13 +779,14 @@ def _first_line(e: BaseException) -> str:
 
 def preset_runs(preset: DictConfig) -> list[list[str]]:
     """The preset's runs: those it lists, and with ``every_encoding: true`` one more for each
-    registered encoding it does not train as is (the registry decides; the preset names none
-    of them)."""
+    registered encoding it does not train as is or with only its own hparams set (the
+    registry decides; the preset names none of them)."""
     from posexp.encodings import in_order
 
     runs = [list(run) for run in preset.runs]
     if preset.get("every_encoding"):
-        listed = {run[0] for run in runs if len(run) == 1}
+        listed = {run[0] for run in runs
+                  if all(o.startswith("encoding.hparams.") for o in run[1:])}
         runs += [[f"encoding={name}"] for name in in_order()
                  if f"encoding={name}" not in listed]
     return runs
