@@ -41,7 +41,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from posexp.config import SEED_KEYS
+from posexp.config import OPTIONAL_KEYS, SEED_KEYS
 from posexp.errors import PosexpError
 from posexp.runs import (
     DAMAGED,
@@ -299,9 +299,10 @@ def build_series(runs: list[RunResult]) -> tuple[list[Series], list[list[RunResu
     scalings = any(s.scaling or s.fine_tune for s in series)
     for s in series:
         ident = identities[s.config]
-        # an encoding's own settings name only the series of encodings that have them
-        s.parts = [(names[k], _text(ident.get(k)) if k in ident or not k.startswith(
-            "encoding.") else None) for k in keys]
+        # an encoding's own settings name only the series of encodings that have them, and
+        # a key that is off unless set (train.random_positions) only those that set it
+        s.parts = [(names[k], _text(ident.get(k)) if k in ident or not (
+            k.startswith("encoding.") or k in OPTIONAL_KEYS) else None) for k in keys]
         s.scored = region_text(s.region) if several_regions else None
         s.scalings = scalings
         if s.mode == "sliding":

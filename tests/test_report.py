@@ -208,6 +208,13 @@ def test_an_encodings_own_settings_label_only_its_series(tmp_path):
     series, _ = build_series(runs)
     assert [s.label for s in series] == ["learned L=16", "sinusoidal L=16 · table_scale=0.25",
                                          "sinusoidal L=16 · table_scale=1"]
+    # a key that is off unless set names only the runs that set it
+    make_run(tmp_path, "random", "train.random_positions=64", encoding="learned",
+             ppl={16: 4.5, 32: 5.0})
+    series, _ = build_series(load_runs(tmp_path)[0])
+    assert sorted(s.label for s in series if s.encoding == "learned") == [
+        "learned L=16", "learned L=16 · random_positions=64"]
+    runs = [r for r in load_runs(tmp_path)[0] if r.name != "random"]
     md = markdown(runs, [], "t")
     assert "| encoding | L_train | table_scale | seeds | 16 | 32 |" in md
     assert "| learned | 16 | - | 1 | **4.000** | n/a |" in md
