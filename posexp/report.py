@@ -245,6 +245,14 @@ def label_keys(identities: list[dict]) -> list[str]:
     return chosen
 
 
+def label_parts(ident: dict, keys: list[str], names: dict[str, str]) -> list[tuple]:
+    """(short name, value) of each label key for one series.  An encoding's own settings
+    name only the series of encodings that have them, and a key that is off unless set
+    (train.random_positions) only those that set it: None for the others."""
+    return [(names[k], _text(ident.get(k)) if k in ident or not (
+        k.startswith("encoding.") or k in OPTIONAL_KEYS) else None) for k in keys]
+
+
 def short_names(keys: list[str], all_keys: set[str]) -> dict[str, str]:
     """'model.d_model' -> 'd_model' where no other identity key ends in the same name."""
     last = Counter(k.rsplit(".", 1)[-1] for k in all_keys)
@@ -299,10 +307,7 @@ def build_series(runs: list[RunResult]) -> tuple[list[Series], list[list[RunResu
     scalings = any(s.scaling or s.fine_tune for s in series)
     for s in series:
         ident = identities[s.config]
-        # an encoding's own settings name only the series of encodings that have them, and
-        # a key that is off unless set (train.random_positions) only those that set it
-        s.parts = [(names[k], _text(ident.get(k)) if k in ident or not (
-            k.startswith("encoding.") or k in OPTIONAL_KEYS) else None) for k in keys]
+        s.parts = label_parts(ident, keys, names)
         s.scored = region_text(s.region) if several_regions else None
         s.scalings = scalings
         if s.mode == "sliding":
@@ -1101,7 +1106,7 @@ def task_series(runs: list[RunResult]) -> tuple[list[TaskSeries], list[list[RunR
         names = short_names(keys[task], set().union(*identities))
         scalings = any(s.scaling or s.fine_tune for s in ours)
         for s in ours:
-            s.parts = [(names[k], _text(s.members[0].identity.get(k))) for k in keys[task]]
+            s.parts = label_parts(s.members[0].identity, keys[task], names)
             s.scalings = scalings
 
     def order(s: TaskSeries) -> tuple:

@@ -135,6 +135,17 @@ def test_task_table_bolds_the_best_at_each_length_and_footnotes_n_a(tmp_path):
     assert "[^copy-1]: no position beyond 20" in table
 
 
+def test_randomized_positions_label_only_the_runs_that_set_them(tmp_path):
+    plain = task_run(tmp_path, "plain", "copy", [task_point("copy", 8, 0.5)])
+    random = task_run(tmp_path, "random", "copy", [task_point("copy", 8, 0.75)])
+    random.identity["train.random_positions"] = 256
+    series = task_series([plain, random])[0]
+    assert sorted(s.label for s in series) == ["rope L=64", "rope L=64 · random_positions=256"]
+    md = task_markdown(series)
+    rows = [line for line in md if line.startswith("| rope")]
+    assert sorted(row.split(" | ")[2] for row in rows) == ["-", "256"]
+
+
 def test_a_length_with_one_series_is_not_bolded(tmp_path):
     # at 32 only rope is applicable: nothing to be best against
     md = "\n".join(task_markdown(task_series(copy_runs(tmp_path))[0]))
