@@ -784,7 +784,11 @@ def preset_runs(preset: DictConfig) -> list[list[str]]:
     from posexp.encodings import in_order
 
     runs = [list(run) for run in preset.runs]
-    if preset.get("every_encoding"):
+    every = preset.get("every_encoding")
+    every = False if every is None else every
+    if not isinstance(every, bool):  # every_encoding: "no" would read as true
+        raise UsageError(f"preset: every_encoding must be true or false, got {every!r}")
+    if every:
         listed = {run[0] for run in runs
                   if all(o.startswith("encoding.hparams.") for o in run[1:])}
         runs += [[f"encoding={name}"] for name in in_order()

@@ -442,6 +442,16 @@ def test_the_encodings_presets_train_every_encoding_and_share_their_base_presets
             assert identity(preset, list(run)) == identity(other, list(run))
 
 
+@pytest.mark.parametrize("value", ["no", 1, None])
+def test_every_encoding_is_true_or_false(value):
+    preset = OmegaConf.create({"runs": [["encoding=rope"]], "every_encoding": value})
+    if value is None:
+        assert preset_runs(preset) == [["encoding=rope"]]
+        return
+    with pytest.raises(UsageError, match="every_encoding must be true or false"):
+        preset_runs(preset)
+
+
 @pytest.mark.parametrize("report", ["../out", "a/b", ".", ".hidden"])
 def test_a_preset_report_is_a_directory_beside_its_runs(report):
     with pytest.raises(UsageError, match="report must be a directory name beside its runs"):
