@@ -110,7 +110,7 @@ class EvalScalingConfig(ScalingParams):
 class EncodingConfig:
     name: str = MISSING
     max_positions: int | None = None  # learned: rows in the table; default train.seq_len
-    base: float = 10000.0  # rope, xpos: theta_i = base^(-2i/d_head)
+    base: float = 10000.0  # rope, xpos, sinusoidal: frequencies base^(-2i/d)
     # the encoding's own hyperparameters (its config in posexp/encodings/<module>.py, the
     # paper's defaults; configs/encoding/<name>.yaml lists them); checked by check_encoding
     hparams: dict[str, typing.Any] = field(default_factory=dict)

@@ -26,7 +26,7 @@ class GPTConfig:
     d_ff: int
     encoding: str
     max_positions: int  # encoding.max_positions: learned's rows; other encodings ignore it
-    rope_base: float = 10000.0  # encoding.base: rope's and xpos's rotary base
+    rope_base: float = 10000.0  # encoding.base: the frequency base of rope, xpos, sinusoidal
     dropout: float = 0.0
     tie_weights: bool = True
     attention: str = "auto"  # the score bias's kernel: auto | sdpa | flex | flash (attention.py)

@@ -55,6 +55,18 @@ def test_sinusoidal_grows_for_any_length():
     assert torch.equal(long[:10], short)
 
 
+def test_sinusoidal_base_is_encoding_base():
+    # pair i turns by base^(-2i/d) radians per position; encoding.base sets base, as for rope
+    enc = build_encoding("sinusoidal", ModelShape(d_model=16, n_head=2, n_layer=1), base=100.0)
+    step = enc.embedding(2, torch.device("cpu"))[1].double()
+    turn = 100.0 ** (-torch.arange(0, 16, 2, dtype=torch.float64) / 16)
+    assert torch.allclose(step[0::2], turn.sin(), atol=1e-6)
+    assert torch.allclose(step[1::2], turn.cos(), atol=1e-6)
+    assert not torch.allclose(step, sinusoidal_table(2, 16)[1].double(), atol=1e-2)
+    with pytest.raises(ValueError, match="base"):
+        build_encoding("sinusoidal", ModelShape(d_model=16, n_head=2, n_layer=1), base=1.0)
+
+
 def test_sinusoidal_recipes_scale_tokens_or_table():
     shape = ModelShape(d_model=16, n_head=2, n_layer=1)
     cpu = torch.device("cpu")

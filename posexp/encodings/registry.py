@@ -8,7 +8,7 @@ every module of the package, so an encoding is one module here plus one YAML fil
 
 A config's fields come from ``encoding.hparams`` in the YAML; ``encoding.base`` and
 ``encoding.max_positions``, top-level keys of every encoding's config, fill the fields of
-those names (rope's and xpos's rotary base, learned's rows).
+those names (the frequency base of rope, xpos and sinusoidal; learned's rows).
 """
 
 from __future__ import annotations

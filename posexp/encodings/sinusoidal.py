@@ -1,6 +1,7 @@
 """Sinusoidal positions (Vaswani et al. 2017), added to the token embeddings.
 
-PE(pos, 2i) = sin(pos / 10000^(2i/d)),  PE(pos, 2i+1) = cos(pos / 10000^(2i/d)).
+PE(pos, 2i) = sin(pos / 10000^(2i/d)),  PE(pos, 2i+1) = cos(pos / 10000^(2i/d)); 10000 is
+``encoding.base``, as for RoPE.
 Each (sin, cos) pair turns by a fixed angle per step, so PE(pos + k) is a fixed rotation of
 PE(pos) and PE(a) . PE(b) = sum_i cos((a - b) * w_i) depends only on a - b.
 
@@ -24,11 +25,11 @@ from posexp.encodings.registry import EncodingSpec, ModelShape, register, requir
 
 
 def sinusoidal_table(
-    seq_len: int, d_model: int, device: torch.device | None = None
+    seq_len: int, d_model: int, device: torch.device | None = None, base: float = 10000.0
 ) -> torch.Tensor:
     """[seq_len, d_model] in float32, sin on even and cos on odd dimensions."""
     two_i = torch.arange(0, d_model, 2, device=device, dtype=torch.float64)
-    inv_freq = 10000.0 ** (-two_i / d_model)
+    inv_freq = base ** (-two_i / d_model)
     angles = torch.arange(seq_len, device=device, dtype=torch.float64)[:, None] * inv_freq
     table = torch.empty(seq_len, d_model, device=device, dtype=torch.float64)
     table[:, 0::2] = angles.sin()
@@ -38,9 +39,9 @@ def sinusoidal_table(
 
 class SinusoidalPositions(PositionalEncoding):
     def __init__(self, d_model: int, scale_tokens: bool = True, table_scale: float = 1.0,
-                 learn_scale: bool = False) -> None:
+                 learn_scale: bool = False, base: float = 10000.0) -> None:
         super().__init__()
-        self.d_model = d_model
+        self.d_model, self.base = d_model, base
         self.token_scale = math.sqrt(d_model) if scale_tokens else 1.0
         scale = torch.tensor(float(table_scale))
         if learn_scale:
@@ -51,7 +52,7 @@ class SinusoidalPositions(PositionalEncoding):
 
     def embedding(self, seq_len: int, device: torch.device) -> torch.Tensor:
         if self.table.shape[0] < seq_len or self.table.device != device:
-            self.table = sinusoidal_table(seq_len, self.d_model, device)
+            self.table = sinusoidal_table(seq_len, self.d_model, device, self.base)
         return self.table[:seq_len] * self.scale
 
 
@@ -60,14 +61,16 @@ class SinusoidalConfig:
     scale_tokens: bool = True  # multiply token embeddings by sqrt(d_model), as Vaswani et al.
     table_scale: float = 1.0  # multiply the sines and cosines by this
     learn_scale: bool = False  # ... as a trained scalar that starts there
+    base: float = 10000.0  # encoding.base: the wavelengths run from 2*pi to 2*pi*base
 
     def __post_init__(self) -> None:
+        require(self.base > 1.0, "base", "above 1", self.base)
         require(math.isfinite(self.table_scale) and self.table_scale > 0, "table_scale",
                 "a positive number", self.table_scale)
 
     def build(self, shape: ModelShape) -> SinusoidalPositions:
         return SinusoidalPositions(shape.d_model, self.scale_tokens, self.table_scale,
-                                   self.learn_scale)
+                                   self.learn_scale, self.base)
 
 
 register(EncodingSpec(
