@@ -35,7 +35,7 @@ import sys
 import textwrap
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from statistics import NormalDist
 
@@ -247,10 +247,24 @@ def label_keys(identities: list[dict]) -> list[str]:
 
 def label_parts(ident: dict, keys: list[str], names: dict[str, str]) -> list[tuple]:
     """(short name, value) of each label key for one series.  An encoding's own settings
-    name only the series of encodings that have them, and a key that is off unless set
-    (train.random_positions) only those that set it: None for the others."""
-    return [(names[k], _text(ident.get(k)) if k in ident or not (
-        k.startswith("encoding.") or k in OPTIONAL_KEYS) else None) for k in keys]
+    name only the series of encodings that have them (encoding.base only those that read
+    it), and a key that is off unless set (train.random_positions) only those that set it:
+    None for the others."""
+    return [(names[k], _text(ident.get(k)) if (k in ident or not (
+        k.startswith("encoding.") or k in OPTIONAL_KEYS)) and _reads(ident, k) else None)
+        for k in keys]
+
+
+def _reads(ident: dict, key: str) -> bool:
+    """Whether the series' encoding reads ``key``: every encoding's config carries
+    encoding.base and encoding.max_positions, but only some encodings use them."""
+    from posexp.encodings import ENCODINGS
+    from posexp.encodings.registry import TOP_LEVEL
+
+    field = key.removeprefix("encoding.")
+    spec = ENCODINGS.get(ident.get(ENCODING))
+    return (field not in TOP_LEVEL or spec is None
+            or field in {f.name for f in fields(spec.config)})
 
 
 def short_names(keys: list[str], all_keys: set[str]) -> dict[str, str]:

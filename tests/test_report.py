@@ -219,6 +219,14 @@ def test_an_encodings_own_settings_label_only_its_series(tmp_path):
     assert "| encoding | L_train | table_scale | seeds | 16 | 32 |" in md
     assert "| learned | 16 | - | 1 | **4.000** | n/a |" in md
     assert "| sinusoidal | 16 | 0.25 | 1 | **6.000** | 9.000 |" in md
+    # every encoding's config carries encoding.base; only the encodings that read it name it
+    make_run(tmp_path, "base", "encoding.base=1000", encoding="sinusoidal",
+             ppl={16: 6.5, 32: 9.0})
+    runs = [r for r in load_runs(tmp_path)[0] if r.name != "random"]
+    md = markdown(runs, [], "t")
+    assert "| encoding | L_train | base | table_scale | seeds | 16 | 32 |" in md
+    assert "| learned | 16 | - | - | 1 | **4.000** | n/a |" in md
+    assert "| sinusoidal | 16 | 1000 | 1 | 1 | **6.500** | 9.000 |" in md
 
 
 def test_runs_of_the_same_config_and_seed_count_once(tmp_path, capsys):
