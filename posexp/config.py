@@ -70,7 +70,7 @@ class ModelConfig:
     n_head: int = 4
     d_ff: int | None = None  # default 4 * d_model
     dropout: float = 0.0
-    tie_weights: bool = True
+    tie_weights: bool | None = None  # default: the encoding's (EncodingSpec.tie_weights)
 
 
 # RoPE context extension (posexp/encodings/rope_scaling.py): its methods, and the parameters
@@ -339,14 +339,22 @@ def task_lengths(cfg: DictConfig) -> list[int]:
 def resolve(cfg: DictConfig) -> DictConfig:
     """The config with every derived value filled in -- the one place they are decided:
     eval.lengths (1-16 x seq_len), eval.task_lengths of a task run (1-8 x n_max),
-    model.d_ff (4 x d_model), encoding.max_positions (seq_len) and train.batch_size
-    (batch_tokens / seq_len).  Idempotent; ``cfg`` is checked."""
+    model.d_ff (4 x d_model), model.tie_weights (the encoding's), encoding.max_positions
+    (seq_len) and train.batch_size (batch_tokens / seq_len).  Idempotent; ``cfg`` is
+    checked."""
     out = cfg.copy()
     with open_dict(out):
         out.eval.lengths = eval_lengths(cfg)
         if is_task_run(cfg) and cfg.get("task") is not None:
             out.eval.task_lengths = task_lengths(cfg)
         out.model.d_ff = cfg.model.d_ff or 4 * cfg.model.d_model
+        if cfg.model.get("tie_weights") is None:
+            from posexp.encodings import ENCODINGS  # the registry (imports torch)
+
+            if cfg.encoding.get("module") is not None:
+                import_encoding(cfg.encoding.module, cfg.encoding.name)
+            spec = ENCODINGS.get(cfg.encoding.name)  # unknown: check() says so
+            out.model.tie_weights = spec.tie_weights if spec else None
         out.encoding.max_positions = cfg.encoding.max_positions or positions_trained(cfg)
         if cfg.train.get("batch_tokens") is not None:  # absent in configs of older runs
             out.train.batch_size = cfg.train.batch_tokens // cfg.train.seq_len

@@ -96,6 +96,8 @@ class GPT(nn.Module):
         if cfg.tie_weights:
             self.head.weight = self.tok_emb.weight
         self.apply(self._init_weights)
+        if self.encoding.token_std is not None:
+            nn.init.normal_(self.tok_emb.weight, std=self.encoding.token_std)
         # GPT-2: scale the residual projections by 1/sqrt(2 * n_layer)
         for name, p in self.named_parameters():
             if name.endswith(("attn.proj.weight", "mlp.2.weight")):

@@ -55,6 +55,23 @@ def test_sinusoidal_grows_for_any_length():
     assert torch.equal(long[:10], short)
 
 
+def test_sinusoidal_tokens_start_at_unit_scale_as_in_the_papers_code():
+    # tensor2tensor draws the token embeddings with std d^-1/2 and multiplies them by sqrt(d):
+    # they enter at unit scale, the sines' size; unit_tokens=false and every other encoding
+    # keep GPT-2's 0.02
+    from posexp.model import GPT, GPTConfig
+
+    def token_std(encoding, **hparams):
+        torch.manual_seed(0)
+        model = GPT(GPTConfig(vocab_size=256, d_model=64, n_layer=1, n_head=2, d_ff=128,
+                              encoding=encoding, max_positions=16, encoding_hparams=hparams))
+        return model.tok_emb.weight.std().item()
+
+    assert token_std("sinusoidal") == pytest.approx(64 ** -0.5, rel=0.05)
+    assert token_std("sinusoidal", unit_tokens=False) == pytest.approx(0.02, rel=0.05)
+    assert token_std("learned") == pytest.approx(0.02, rel=0.05)
+
+
 def test_sinusoidal_base_is_encoding_base():
     # pair i turns by base^(-2i/d) radians per position; encoding.base sets base, as for rope
     enc = build_encoding("sinusoidal", ModelShape(d_model=16, n_head=2, n_layer=1), base=100.0)

@@ -36,6 +36,20 @@ def files_of(run: Path) -> dict[str, int]:
 
 
 # --- identity -----------------------------------------------------------------------------
+def test_head_tying_defaults_to_the_encodings_and_is_identity():
+    # null model.tie_weights resolves to the encoding's choice, so a learned run keeps the
+    # identity it had when the head was tied by default, and sinusoidal's untied head is its
+    # identity; stating either value is the same run as leaving it to the encoding
+    for encoding, tied in [("learned", True), ("rope", True), ("sinusoidal", False)]:
+        cfg = composed(f"encoding={encoding}")
+        assert cfg.model.tie_weights is None
+        assert C.resolve(cfg).model.tie_weights is tied
+        stated = C.identity(composed(f"encoding={encoding}", f"model.tie_weights={tied}"))
+        assert C.identity(cfg) == stated
+        other = C.identity(composed(f"encoding={encoding}", f"model.tie_weights={not tied}"))
+        assert other != stated and other["model.tie_weights"] is (not tied)
+
+
 def test_identity_ignores_what_does_not_change_the_weights():
     base = C.identity(composed())
     for override in ["device=cpu", "eval.lengths=[64,128]", "eval.batch_tokens=1024",

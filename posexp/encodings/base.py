@@ -29,6 +29,9 @@ class PositionalEncoding(nn.Module):
     max_positions: int | None = None
     # Multiplier on the token embeddings, for encodings whose recipe sets one.
     token_scale: float = 1.0
+    # The token embeddings' initial standard deviation, for encodings whose recipe sets one;
+    # None: GPT-2's 0.02, as every other weight.
+    token_std: float | None = None
     # The kernels that can apply its score bias: "sdpa" (blocked, always), "flex" (it has a
     # score_mod), "flash" (ALiBi's slopes); empty when it has no score bias.
     bias_kernels: tuple[str, ...] = ()

@@ -6,10 +6,12 @@ Each (sin, cos) pair turns by a fixed angle per step, so PE(pos + k) is a fixed 
 PE(pos) and PE(a) . PE(b) = sum_i cos((a - b) * w_i) depends only on a - b.
 
 The paper multiplies the token embeddings by sqrt(d_model) before the table is added, so
-that the unit-size sines do not drown them (``scale_tokens``).  Other recipes leave the
-tokens alone and shrink the table instead (``table_scale``), optionally as a trained scalar
-(``learn_scale``; x-transformers' ScaledSinusoidalEmbedding, Hua et al. 2022).  Which one the
-default is was measured, not guessed: README, "Fair baselines".
+that the unit-size sines do not drown them (``scale_tokens``), and its code (tensor2tensor)
+draws them with std d_model^-1/2, so that they enter at unit scale (``unit_tokens``).  Other
+recipes leave the tokens alone and shrink the table instead (``table_scale``), optionally as a
+trained scalar (``learn_scale``; x-transformers' ScaledSinusoidalEmbedding, Hua et al. 2022).
+Which one the default is, and that the head is untied (EncodingSpec.tie_weights), was
+measured, not guessed: README, "Fair baselines".
 """
 
 from __future__ import annotations
@@ -39,10 +41,12 @@ def sinusoidal_table(
 
 class SinusoidalPositions(PositionalEncoding):
     def __init__(self, d_model: int, scale_tokens: bool = True, table_scale: float = 1.0,
-                 learn_scale: bool = False, base: float = 10000.0) -> None:
+                 learn_scale: bool = False, base: float = 10000.0,
+                 unit_tokens: bool = True) -> None:
         super().__init__()
         self.d_model, self.base = d_model, base
         self.token_scale = math.sqrt(d_model) if scale_tokens else 1.0
+        self.token_std = d_model ** -0.5 if unit_tokens else None
         scale = torch.tensor(float(table_scale))
         if learn_scale:
             self.scale = nn.Parameter(scale)
@@ -62,6 +66,7 @@ class SinusoidalConfig:
     table_scale: float = 1.0  # multiply the sines and cosines by this
     learn_scale: bool = False  # ... as a trained scalar that starts there
     base: float = 10000.0  # encoding.base: the wavelengths run from 2*pi to 2*pi*base
+    unit_tokens: bool = True  # token embeddings drawn with std d^-1/2 (tensor2tensor), not 0.02
 
     def __post_init__(self) -> None:
         require(self.base > 1.0, "base", "above 1", self.base)
@@ -70,11 +75,14 @@ class SinusoidalConfig:
 
     def build(self, shape: ModelShape) -> SinusoidalPositions:
         return SinusoidalPositions(shape.d_model, self.scale_tokens, self.table_scale,
-                                   self.learn_scale, self.base)
+                                   self.learn_scale, self.base, self.unit_tokens)
 
 
+# Its head is untied by default: tied, the head reads the token embeddings that the input
+# multiplies by sqrt(d_model), and sinusoidal trails learned at the training length
+# (README, "Fair baselines").
 register(EncodingSpec(
     name="sinusoidal", label="sinusoidal", order=2, colour="#009E73", module=SinusoidalPositions,
-    config=SinusoidalConfig,
+    config=SinusoidalConfig, tie_weights=False,
     citation="Vaswani et al., NeurIPS 2017, 'Attention Is All You Need', sec. 3.5",
 ))
