@@ -26,7 +26,7 @@ class GPTConfig:
     d_ff: int
     encoding: str
     max_positions: int  # encoding.max_positions: learned's rows; other encodings ignore it
-    rope_base: float = 10000.0  # encoding.base: the frequency base of rope, xpos, sinusoidal
+    base: float = 10000.0  # encoding.base: the frequency base of rope, xpos and sinusoidal
     dropout: float = 0.0
     tie_weights: bool = True
     attention: str = "auto"  # the score bias's kernel: auto | sdpa | flex | flash (attention.py)
@@ -87,7 +87,7 @@ class GPT(nn.Module):
         # alone; learned's table is an nn.Embedding, drawn again there from the same normal.
         self.encoding: PositionalEncoding = build_encoding(
             cfg.encoding, ModelShape(cfg.d_model, cfg.n_head, cfg.n_layer),
-            cfg.encoding_hparams, cfg.rope_base, cfg.max_positions,
+            cfg.encoding_hparams, cfg.base, cfg.max_positions,
         )
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg, layer) for layer in range(cfg.n_layer))

@@ -93,7 +93,7 @@ def build_model(cfg: DictConfig, vocab_size: int) -> GPT:
             d_ff=m.d_ff,
             encoding=cfg.encoding.name,
             max_positions=cfg.encoding.max_positions,
-            rope_base=cfg.encoding.base,
+            base=cfg.encoding.base,
             dropout=m.dropout,
             tie_weights=m.tie_weights,
             attention=C.Attention(cfg.attention).value,
