@@ -215,6 +215,10 @@ def _text(value: object) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
+# keys whose default is the encoding's (config.resolve): sinusoidal's head is untied
+PER_ENCODING = ("model.tie_weights",)
+
+
 def label_keys(identities: list[dict]) -> list[str]:
     """The identity keys, besides encoding, training length and seed, that a label names:
     every key whose value differs between these identities (an encoding's own settings
@@ -227,11 +231,12 @@ def label_keys(identities: list[dict]) -> list[str]:
     groups = [[i for i in identities if (PARENT in i) == tuned] for tuned in (False, True)]
 
     def differs(key: str) -> bool:
-        # an encoding's own settings (hparams, base, module) differ between encodings by
-        # nature: they are compared among the runs of one encoding
+        # an encoding's own settings (hparams, base, module) and the keys whose default is
+        # the encoding's (model.tie_weights) differ between encodings by nature: they are
+        # compared among the runs of one encoding
         members = ([[i for i in group if i.get(ENCODING) == e]
                     for group in groups for e in {i.get(ENCODING) for i in group}]
-                   if key.startswith("encoding.") else groups)
+                   if key.startswith("encoding.") or key in PER_ENCODING else groups)
         return any(len({repr(i.get(key)) for i in m}) > 1 for m in members)
 
     chosen = [k for k in keys if differs(k) and k not in DERIVED]
@@ -703,8 +708,11 @@ def _param_difference(s: Series, extra: int) -> str:
     knows."""
     ident = s.members[0].identity
     rows, width = ident.get("encoding.max_positions"), ident.get("model.d_model")
+    vocab = (s.members[0].info.get("corpus") or {}).get("vocab_size")
     if s.encoding == "learned" and rows and width and rows * width == extra:
         return f", +{extra:,} for its {rows}x{width} position table"
+    if ident.get("model.tie_weights") is False and vocab and width and vocab * width == extra:
+        return f", +{extra:,} for its untied {vocab}x{width} output head"
     return f", {extra:+,}"
 
 

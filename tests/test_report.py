@@ -612,6 +612,14 @@ def test_titles_say_what_the_numbers_are_and_why_parameter_counts_differ(tmp_pat
     assert title.startswith("Perplexity on the same 512 validation tokens vs evaluation "
                             "window (nonoverlapping)\nstdlib corpus")
     assert text in markdown(runs, [], "t")
+    # sinusoidal's head is untied by default: its own vocabulary (256) x d_model (32) weights,
+    # said in the title; its label does not name the tying, each encoding's own default
+    make_run(tmp_path, "sinusoidal", encoding="sinusoidal", ppl={16: 5.0, 32: 9.0},
+             n_params=12345 + 256 * 32)
+    series = build_series(load_runs(tmp_path)[0])[0]
+    assert "sinusoidal L=16: 20,537, +8,192 for its untied 256x32 output head" in describe(
+        series)
+    assert [s.label for s in series] == ["learned L=16", "sinusoidal L=16", "rope L=16"]
 
 
 # --- damaged runs ------------------------------------------------------------------------
