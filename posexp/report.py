@@ -716,6 +716,9 @@ def _param_difference(s: Series, extra: int) -> str:
     return f", {extra:+,}"
 
 
+MAX_COUNTS_NAMED = 4  # series whose parameter count a title names, beyond the usual count
+
+
 def describe(series: list[Series]) -> str:
     """The runs of ``series`` in words: corpus and tokens, model shape, parameters (and which
     series differ, and why where posexp knows), training tokens."""
@@ -738,8 +741,12 @@ def describe(series: list[Series]) -> str:
         usual = max(counts, key=lambda n: (counts[n], -n))  # on a tie, the smallest
         others = {s.label: f"{s.label}: {_count(n)}{_param_difference(s, n - usual)}"
                   for s in series if (n := s.members[0].info.get("n_params")) and n != usual}
-        words.append(f"{_count(usual)} parameters"
-                     + (f" ({'; '.join(others.values())})" if others else ""))
+        if len(others) > MAX_COUNTS_NAMED:  # a title of its own otherwise: the table has them
+            words.append(f"{_count(min(counts))} to {_count(max(counts))} parameters "
+                         "(each run's: n_params in summary.csv)")
+        else:
+            words.append(f"{_count(usual)} parameters"
+                         + (f" ({'; '.join(others.values())})" if others else ""))
     trained = sorted({r.info["tokens_trained"] for r in runs if r.info.get("tokens_trained")})
     if trained:
         span = " to ".join(dict.fromkeys(_count(n, 1) for n in (trained[0], trained[-1])))
@@ -768,7 +775,9 @@ def _titled(title: str, subtitle: str, height: float):
     lines = [*textwrap.wrap(title, TITLE_WRAP), *textwrap.wrap(subtitle, TITLE_WRAP)]
     head_height = 0.22 * len(lines) + 0.15
     fig = _pyplot().figure(figsize=(WIDTH, head_height + height), layout="constrained")
-    head, body = fig.subfigures(2, 1, height_ratios=[head_height, height])
+    grid = fig.add_gridspec(2, 1, height_ratios=[head_height, height])
+    head, body = fig.add_subfigure(grid[0, 0]), fig.add_subfigure(grid[1, 0])
+    body.heights = grid  # the body grows to fit its legend (_fit_height)
     head.text(0.01, 0.5, "\n".join(lines), ha="left", va="center", fontsize=11)
     return fig, body
 
@@ -887,23 +896,41 @@ def _legend_and_caption(body, ax, caption: list[str], bands: bool,
     if bands:
         handles.append(Patch(color=GREY, alpha=0.3, linewidth=0))
         labels.append(f"{PERCENT} interval")
-    body.legend(handles, [legend_label(label) for label in labels], loc="outside right upper",
-                fontsize=10, frameon=False)
+    labels = [legend_label(label) for label in labels]
+    body.legend(handles, labels, loc="outside right upper", fontsize=10, frameon=False)
+    _fit_height(body, labels, len(_caption_lines(caption)))
     _caption(body, caption)
+
+
+def _fit_height(body, labels: list[str], caption_lines: int) -> None:
+    """Make the body tall enough for a legend of ``labels`` (10 pt lines, half a line
+    between entries) above a caption of ``caption_lines`` (9 pt): many long labels would
+    otherwise run into the caption and off the figure's foot."""
+    lines = sum(label.count("\n") + 1 for label in labels)
+    needed = (12 * lines + 5 * len(labels) + 13 * caption_lines + 36) / 72  # inches
+    grid = body.heights
+    head, height = grid.get_height_ratios()
+    if needed > height:
+        grid.set_height_ratios([head, needed])
+        body.figure.set_figheight(head + needed)
 
 
 def _caption(body, caption: list[str]) -> None:
     """The caption's lines below the body's axes, wrapped."""
     from matplotlib.lines import Line2D
 
-    lines = [line for text in caption  # paths and commands stay whole
-             for line in textwrap.wrap(text, CAPTION_WRAP, subsequent_indent="    ",
-                                       break_long_words=False, break_on_hyphens=False)]
+    lines = _caption_lines(caption)
     if lines:
         blank = Line2D([], [], linestyle="none")
         body.legend([blank] * len(lines), lines, loc="outside lower left", fontsize=9,
                     frameon=False, handlelength=0, handletextpad=0, borderaxespad=0.2,
                     labelspacing=0.25)
+
+
+def _caption_lines(caption: list[str]) -> list[str]:
+    return [line for text in caption  # paths and commands stay whole
+            for line in textwrap.wrap(text, CAPTION_WRAP, subsequent_indent="    ",
+                                      break_long_words=False, break_on_hyphens=False)]
 
 
 LEGEND_WRAP = 44  # characters: a longer label goes on more lines, so the axes keep their width

@@ -620,6 +620,12 @@ def test_titles_say_what_the_numbers_are_and_why_parameter_counts_differ(tmp_pat
     assert "sinusoidal L=16: 20,537, +8,192 for its untied 256x32 output head" in describe(
         series)
     assert [s.label for s in series] == ["learned L=16", "sinusoidal L=16", "rope L=16"]
+    # more series of their own counts than a title can name: the range, and where each is
+    for i in range(4):
+        make_run(tmp_path, f"wide{i}", f"model.d_ff={64 + 32 * i}", ppl={16: 5.0, 32: 6.0},
+                 n_params=20000 + i)
+    text = describe(build_series(load_runs(tmp_path)[0])[0])
+    assert "12,345 to 20,537 parameters (each run's: n_params in summary.csv)" in text
 
 
 # --- damaged runs ------------------------------------------------------------------------
@@ -788,6 +794,24 @@ def test_cli_report_names_a_damaged_run_and_reports_the_rest(posexp, tmp_path):
     assert "| rope | 16 | 1 | **4.000** | 5.000 | 6.000 |" in md
     assert "| rope | 16 | 1 | **1.000** | 1.250 | 1.500 |" in md
     assert "| res/bad | damaged | res/bad/run.json is damaged: no 'seq_len' |" in md
+
+
+def test_a_tall_legend_grows_the_figure_instead_of_running_off_it(tmp_path):
+    # fourteen series of long labels (an ablation) need more height than the axes: the figure
+    # grows, so the legend ends above the caption, inside the figure
+    for i in range(14):
+        make_run(tmp_path, f"r{i}", f"train.lr=0.00{i + 1}",
+                 f"encoding.hparams.table_scale={1 + i % 2}",
+                 f"encoding.hparams.unit_tokens={i // 2 % 2 == 0}",
+                 f"encoding.hparams.learn_scale={i // 4 % 2 == 0}", encoding="sinusoidal",
+                 ppl={16: 5.0 + i / 10, 32: 9.0})
+    fig = extrapolation_figure(load_runs(tmp_path)[0], NO)
+    fig.canvas.draw()
+    legend, caption_box = fig.subfigs[1].legends
+    assert sum(t.get_text().count("\n") + 1 for t in legend.get_texts()) > 40
+    top, foot = legend.get_window_extent(), caption_box.get_window_extent()
+    assert fig.get_figheight() > 9
+    assert top.y0 >= foot.y1 - 1 and foot.y0 >= 0
 
 
 def test_long_legend_labels_break_between_their_parts():
