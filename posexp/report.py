@@ -266,10 +266,10 @@ def _reads(ident: dict, key: str) -> bool:
     from posexp.encodings import ENCODINGS
     from posexp.encodings.registry import TOP_LEVEL
 
-    field = key.removeprefix("encoding.")
+    name = key.removeprefix("encoding.")
     spec = ENCODINGS.get(ident.get(ENCODING))
-    return (field not in TOP_LEVEL or spec is None
-            or field in {f.name for f in fields(spec.config)})
+    return (name not in TOP_LEVEL or spec is None
+            or name in {f.name for f in fields(spec.config)})
 
 
 def short_names(keys: list[str], all_keys: set[str]) -> dict[str, str]:
@@ -741,7 +741,7 @@ def describe(series: list[Series]) -> str:
         usual = max(counts, key=lambda n: (counts[n], -n))  # on a tie, the smallest
         others = {s.label: f"{s.label}: {_count(n)}{_param_difference(s, n - usual)}"
                   for s in series if (n := s.members[0].info.get("n_params")) and n != usual}
-        if len(others) > MAX_COUNTS_NAMED:  # a title of its own otherwise: the table has them
+        if len(others) > MAX_COUNTS_NAMED:  # else a paragraph: summary.csv has every run's
             words.append(f"{_count(min(counts))} to {_count(max(counts))} parameters "
                          "(each run's: n_params in summary.csv)")
         else:
