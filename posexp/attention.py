@@ -23,35 +23,42 @@
 from __future__ import annotations
 
 import functools
+import importlib.util
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
-from posexp.config import Attention, flash_attn_installed
 from posexp.encodings.base import DistanceBias, PositionalEncoding, ScoreMod
 
 # Elements of one (heads x queries x keys) bias block: 2^24 floats = 64 MiB per batch row.
 BIAS_BLOCK_ELEMENTS = 1 << 24
+KERNELS = ("auto", "sdpa", "flex", "flash")  # attention= (config.schema.Attention)
 
 
-def bias_kernel(
-    requested: Attention | str, q: torch.Tensor, dropout_p: float, bias: PositionalEncoding
-) -> Attention:
+def flash_attn_installed() -> bool:
+    return importlib.util.find_spec("flash_attn") is not None
+
+
+def bias_kernel(requested: str, q: torch.Tensor, dropout_p: float,
+                bias: PositionalEncoding) -> str:
     """The kernel that applies ``bias``'s score bias to these queries."""
-    requested = Attention(requested)
+    requested = str(getattr(requested, "value", requested))
+    if requested not in KERNELS:
+        raise ValueError(f"unknown attention kernel {requested!r}; the kernels: "
+                         f"{', '.join(KERNELS)}")
     kernels = bias.bias_kernels
-    if requested != Attention.auto:
-        if requested.value not in kernels:
-            raise ValueError(f"attention={requested.value} cannot apply the score bias of "
+    if requested != "auto":
+        if requested not in kernels:
+            raise ValueError(f"attention={requested} cannot apply the score bias of "
                              f"{type(bias).__name__}; it runs on {', '.join(kernels)}")
         return requested
     half = q.dtype in (torch.float16, torch.bfloat16)
     if "flash" in kernels and q.is_cuda and half and flash_attn_installed():
-        return Attention.flash
+        return "flash"
     if "flex" in kernels and q.is_cuda and dropout_p == 0.0:
-        return Attention.flex
-    return Attention.sdpa
+        return "flex"
+    return "sdpa"
 
 
 def causal_attention(
@@ -61,7 +68,7 @@ def causal_attention(
     bias: PositionalEncoding | None = None,
     layer: int = 0,
     dropout_p: float = 0.0,
-    kernel: Attention | str = Attention.auto,
+    kernel: str = "auto",
     positions: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """q, k, v: [batch, heads, seq, d_head] -> [batch, heads, seq, d_head].  ``bias`` is the
@@ -74,9 +81,9 @@ def causal_attention(
         mask = bias.position_bias(layer, positions).to(q.dtype)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
     chosen = bias_kernel(kernel, q, dropout_p, bias)
-    if chosen == Attention.flash:
+    if chosen == "flash":
         return _flash_alibi(q, k, v, bias.attention_slopes(), dropout_p)
-    if chosen == Attention.flex:
+    if chosen == "flex":
         if dropout_p:
             raise ValueError("FlexAttention has no dropout; use attention=sdpa or flash")
         return _flex(q, k, v, bias.score_mod(layer))

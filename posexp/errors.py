@@ -20,3 +20,14 @@ class Stopped(PosexpError):
     ``posexp: stopped by SIGINT ...``; exit status 128 + the signal's number."""
 
     label = ""
+
+
+def flat(text: str) -> str:
+    """One line: the lines of a message joined, tabs and runs of blanks collapsed."""
+    return " ".join(part.strip() for part in text.strip().splitlines() if part.strip()) \
+        .replace("\t", " ")
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of an error's message, or its type's name when it has none."""
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

@@ -24,6 +24,7 @@ import math
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -31,6 +32,25 @@ import torch
 from posexp import stats
 from posexp.errors import UsageError
 from posexp.model import GPT
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """How a curve is scored (eval.* of a corpus run): the mode, the sliding stride (None:
+    half of each window), the scored tokens, the tokens of one forward pass, and the
+    per-position buckets per doubling of position."""
+
+    mode: str
+    stride: int | None
+    tokens: int
+    batch_tokens: int
+    per_position_buckets: int = 4
+
+    @classmethod
+    def of(cls, e) -> Scoring:
+        """From a config's eval group."""
+        return cls(str(getattr(e.mode, "value", e.mode)), e.stride, e.tokens, e.batch_tokens,
+                   e.per_position_buckets)
 
 
 def window_plan(first: int, n_tokens: int, stride: int) -> tuple[np.ndarray, np.ndarray]:
@@ -161,21 +181,17 @@ def extrapolation_curve(
     model: GPT,
     val: np.ndarray,
     lengths: list[int],
-    mode: str,
-    stride: int | None,
-    n_tokens: int,
-    batch_tokens: int,
-    per_position_buckets: int,
+    scoring: Scoring,
     device: torch.device,
     token_bytes: np.ndarray | None = None,
     progress: Callable[[int], None] | None = None,
     rope_scaling: dict | None = None,
 ) -> tuple[list[dict], dict | None]:
     """One point per length, and the per-position loss at the longest applicable length
-    (``per_position_buckets`` buckets per doubling of position, see bucket_edges).
-    ``rope_scaling`` is the record (config.scaling_record) of the RoPE scaling the model
-    scores with, written into each point; per-position loss is recorded for the model as
-    trained only (None).
+    (``scoring.per_position_buckets`` buckets per doubling of position, see bucket_edges).
+    ``rope_scaling`` is the record (posexp/scaling.py) of the RoPE scaling the model scores
+    with, written into each point; per-position loss is recorded for the model as trained
+    only (None).
 
     Each point carries its uncertainty (posexp/stats.py): the summed loss of each block of
     the scored targets (``block_loss``, ``block_tokens``; the same blocks at every length)
@@ -184,6 +200,7 @@ def extrapolation_curve(
     that bits per byte compare runs with different tokenizers.  ``progress`` is called with
     the number of windows each batch scored (count_windows gives the total).
     """
+    n_tokens = scoring.tokens
     check_val_size(len(val), lengths, n_tokens)
     first, _ = scored_region(len(val), n_tokens)
     targets = np.asarray(val[first + 1 : first + n_tokens + 1], dtype=np.int64)
@@ -194,8 +211,8 @@ def extrapolation_curve(
     model.eval()
     curve, per_position = [], None
     for length in sorted(lengths):
-        s = window_stride(length, mode, stride)
-        p = point(mode, length, s, first, n_tokens, rope_scaling)
+        s = window_stride(length, scoring.mode, scoring.stride)
+        p = point(scoring.mode, length, s, first, n_tokens, rope_scaling)
         if length not in applicable:
             p["applicable"] = False
             p["reason"] = (
@@ -204,43 +221,54 @@ def extrapolation_curve(
             )
             curve.append(p)
             continue
-        edges = bucket_edges(length, per_position_buckets) \
+        edges = bucket_edges(length, scoring.per_position_buckets) \
             if length == longest and s == length else None
-        t0 = time.perf_counter()
-        losses, by_bucket = score_windows(model, val, length, s, first, n_tokens,
-                                          batch_tokens, device, edges, progress)
-        p["seconds"] = round(time.perf_counter() - t0, 3)
-        total = float(losses.sum())
-        p["loss"] = total / n_tokens
-        p["ppl"] = math.exp(p["loss"])
-        p["bits_per_token"] = p["loss"] / math.log(2)
-        p["bits_per_byte"] = total / n_bytes / math.log(2)
-        p["block_loss"], p["block_tokens"] = stats.block_sums(losses)
-        p["ppl_low"], p["ppl_high"] = stats.ppl_interval(p)
+        by_bucket = _score_point(p, model, val, scoring, device, edges, progress, n_bytes)
         curve.append(p)
         if by_bucket is not None:
             per_position = per_position_record(length, first, n_tokens, edges, by_bucket)
     if per_position is None and longest is not None:
         # sliding mode scores only the tail of each window; the per-position curve needs
         # whole windows, so it takes one nonoverlapping pass at the longest length
-        edges = bucket_edges(longest, per_position_buckets)
+        edges = bucket_edges(longest, scoring.per_position_buckets)
         _, by_bucket = score_windows(model, val, longest, longest, first, n_tokens,
-                                     batch_tokens, device, edges, progress)
+                                     scoring.batch_tokens, device, edges, progress)
         if by_bucket is not None:
             per_position = per_position_record(longest, first, n_tokens, edges, by_bucket)
     return curve, per_position
+
+
+def _score_point(p: dict, model: GPT, val: np.ndarray, scoring: Scoring, device: torch.device,
+                 edges: tuple[np.ndarray, np.ndarray] | None,
+                 progress: Callable[[int], None] | None, n_bytes: int) -> dict | None:
+    """Score point ``p`` (its length, stride and region) in place: its loss, perplexity,
+    bits, block sums and interval; returns the per-position buckets when ``edges`` ask."""
+    t0 = time.perf_counter()
+    losses, by_bucket = score_windows(model, val, p["length"], p["stride"], p["first_token"],
+                                      p["tokens"], scoring.batch_tokens, device, edges,
+                                      progress)
+    p["seconds"] = round(time.perf_counter() - t0, 3)
+    total = float(losses.sum())
+    p["loss"] = total / p["tokens"]
+    p["ppl"] = math.exp(p["loss"])
+    p["bits_per_token"] = p["loss"] / math.log(2)
+    p["bits_per_byte"] = total / n_bytes / math.log(2)
+    p["block_loss"], p["block_tokens"] = stats.block_sums(losses)
+    p["ppl_low"], p["ppl_high"] = stats.ppl_interval(p)
+    return by_bucket
 
 
 def applicable_lengths(lengths: list[int], max_positions: int | None) -> list[int]:
     return [L for L in lengths if max_positions is None or max_positions >= L]
 
 
-def count_windows(lengths: list[int], mode: str, stride: int | None, n_tokens: int,
-                  max_positions: int | None = None, per_position: bool = True) -> int:
+def count_windows(lengths: list[int], scoring: Scoring, max_positions: int | None = None,
+                  per_position: bool = True) -> int:
     """How many windows ``extrapolation_curve`` scores (a progress bar's total): every
     applicable length, and in sliding mode the nonoverlapping pass at the longest one
     (unless not ``per_position``: a RoPE scaling has none)."""
     lengths = applicable_lengths(lengths, max_positions)
+    mode, stride, n_tokens = scoring.mode, scoring.stride, scoring.tokens
     total = sum(len(window_plan(0, n_tokens, window_stride(L, mode, stride))[0])
                 for L in lengths)
     longest = max(lengths, default=None) if per_position else None

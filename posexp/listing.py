@@ -1,4 +1,4 @@
-"""What `posexp ls` and `posexp compare` print: runs read back through runs.py, as aligned
+"""What `posexp ls` and `posexp compare` print: runs read back through posexp.runs, as aligned
 text.
 
 ``ls`` gives one line per run under a directory: who it is (encoding, training length, seed,
@@ -20,9 +20,10 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from posexp import config as C
+from posexp.config import flatten, in_identity
 from posexp.errors import UsageError
 from posexp.runs import (
+    MODES,
     RUN,
     Region,
     Run,
@@ -30,10 +31,10 @@ from posexp.runs import (
     load_run,
     point_scaling,
     run_dirs,
-    scaling_order,
-    scaling_text,
     shorten,
 )
+from posexp.scaling import order as scaling_order
+from posexp.scaling import text as scaling_text
 
 MODE = "nonoverlapping"  # ls shows the curve of whole windows, every run has it
 WHERE = ("results_dir", "experiment", "run_name")  # where a run is, not what it is
@@ -255,11 +256,11 @@ def differing_keys(a: RunResult, b: RunResult) -> tuple[list[tuple[str, str, str
     ident = [(k, value_text(a.identity.get(k)), value_text(b.identity.get(k)))
              for k in sorted(set(a.identity) | set(b.identity))
              if a.identity.get(k) != b.identity.get(k)]
-    flat = [C.flatten(OmegaConf.to_container(Run(r.path).config(), resolve=False))
+    flat = [flatten(OmegaConf.to_container(Run(r.path).config(), resolve=False))
             for r in (a, b)]
     other = [(k, value_text(flat[0].get(k)), value_text(flat[1].get(k)))
              for k in sorted(set(flat[0]) | set(flat[1]))
-             if not C.in_identity(k) and k not in WHERE and flat[0].get(k) != flat[1].get(k)]
+             if not in_identity(k) and k not in WHERE and flat[0].get(k) != flat[1].get(k)]
     return ident, other
 
 
@@ -315,31 +316,31 @@ def curve_lines(a: RunResult, b: RunResult, comparable: bool) -> list[str]:
     compared (regions_to_compare): A's and B's perplexity and B/A; points on other regions
     are named in a line, not mixed in."""
     lines = []
-    for mode in C.EvalMode:
-        chosen = regions_to_compare(a, b, mode.value)
+    for mode in MODES:
+        chosen = regions_to_compare(a, b, mode)
         if chosen == (None, None):
             continue
         points = [{(point_scaling(p), p["length"], p["stride"]): p for p in r.curve
-                   if p["mode"] == mode.value and (p["first_token"], p["tokens"]) == region}
+                   if p["mode"] == mode and (p["first_token"], p["tokens"]) == region}
                   for r, region in zip((a, b), chosen, strict=True)]
         keys = sorted(points[0].keys() | points[1].keys(),
                       key=lambda k: (scaling_order(k[0]), k[1], k[2]))
         scaled = any(scaling is not None for scaling, _, _ in keys)
-        rows = [("length" if mode == C.EvalMode.nonoverlapping else "length/stride",
+        rows = [("length" if mode == "nonoverlapping" else "length/stride",
                  *(["RoPE scaling"] * scaled), "A ppl [95%]", "B ppl [95%]", "B/A [95%]", "")]
         for scaling, length, stride in keys:
             pa, pb = (side.get((scaling, length, stride)) for side in points)
             trained = [n for n, r in (("A", a), ("B", b)) if r.train_len == length]
             rows.append((
-                str(length) if mode == C.EvalMode.nonoverlapping else f"{length}/{stride}",
+                str(length) if mode == "nonoverlapping" else f"{length}/{stride}",
                 *([scaling_text(scaling) if scaling else "as trained"] * scaled),
                 ppl_text(pa), ppl_text(pb), ratio_text(pa, pb, comparable),
                 f"<- {' and '.join(trained)} trained at {length}" if trained else ""))
         scored = region_text(chosen[0]) if chosen[0] == chosen[1] else ", ".join(
             f"{n} {region_text(g)}" for n, g in zip("AB", chosen, strict=True) if g)
-        lines += ["", f"{mode.value}: {scored}", *table(rows, right={0}, indent="  ")]
+        lines += ["", f"{mode}: {scored}", *table(rows, right={0}, indent="  ")]
         for n, r, region in zip("AB", (a, b), chosen, strict=True):
-            others = [g for g in r.regions(mode.value) if g != region]
+            others = [g for g in r.regions(mode) if g != region]
             if others:
                 lines.append(f"  not shown: {n}'s points on "
                              f"{'; '.join(region_text(g) for g in others)}")

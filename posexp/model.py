@@ -13,8 +13,8 @@ from torch import nn
 from posexp.attention import causal_attention
 from posexp.encodings import ModelShape, PositionalEncoding, build_encoding
 from posexp.encodings.base import Rotation
-from posexp.encodings.rope import RotaryPositions, apply_rotary
-from posexp.encodings.rope_scaling import RopeScaling
+from posexp.encodings.rope import apply_rotary
+from posexp.scaling import RopeScaling
 
 
 @dataclass
@@ -121,7 +121,7 @@ class GPT(nn.Module):
         fine-tune, its parent's).  Only cos and sin change (posexp/encodings/rope_scaling.py);
         the weights and the checkpoint do not.
         """
-        if not isinstance(self.encoding, RotaryPositions):
+        if not self.encoding.rope_scalable:
             raise ValueError(f"RoPE scaling needs encoding=rope, not {self.cfg.encoding}")
         self.encoding.set_scaling(scaling, original_len)
 
@@ -149,11 +149,13 @@ class GPT(nn.Module):
             x = block(x, rotary, bias, positions)
         return self.ln_f(x)
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor,
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
                 positions: torch.Tensor | None = None) -> torch.Tensor:
-        """Mean cross-entropy (nats per token) of targets given idx (at ``positions``, see
-        hidden)."""
+        """Logits [batch, seq, vocab] for token ids [batch, seq]; given ``targets``, the mean
+        cross-entropy (nats per token) instead; at ``positions`` (see hidden)."""
         logits = self.head(self.hidden(idx, positions))
+        if targets is None:
+            return logits
         return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
 
     def token_losses(

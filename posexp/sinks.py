@@ -1,6 +1,6 @@
 """Where metrics go besides the run directory: Weights & Biases, when ``logger=wandb``.
 
-The run directory (runs.py) is always written first and is the record; a sink is a copy.
+The run directory (posexp.runs) is always written first and is the record; a sink is a copy.
 A sink that fails warns once and goes quiet, so a W&B outage never costs a run.
 
 W&B is configured as its users expect: a logger key left null (project, entity, mode) is
@@ -21,7 +21,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from posexp.config import WandbMode
+from posexp.config.schema import WandbMode
 
 
 def wandb_dir(default: Path) -> Path:

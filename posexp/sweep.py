@@ -2,10 +2,10 @@
 
 Hydra's sweeper expands the grid and its launcher plugins run the jobs (sequential, joblib,
 submitit).  posexp adds three things around them: every job of the grid is composed and
-checked before the first one starts; each job is a ``run_training``, which skips a run
-directory that already holds a completed run of the same config and resumes an unfinished
-one, so a sweep run again finishes only what is missing; and a failed job is recorded and
-reported without stopping the others.
+checked before the first one starts (``plan``); each job is a run (run/lifecycle.py), which
+skips a run directory that already holds a completed run of the same identity and resumes an
+unfinished one, so a sweep run again finishes only what is missing; and a failed job is
+recorded and reported without stopping the others.
 """
 
 from __future__ import annotations
@@ -16,11 +16,15 @@ import itertools
 import os
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 
-from posexp.errors import PosexpError, UsageError
+from posexp.config import GROUPS, RunSpec, check, compose_overrides, in_identity
+from posexp.config.compose import group_options
+from posexp.config.guards import check_overrides, parse_override
+from posexp.errors import PosexpError, UsageError, first_line
 
 
 def grid(overrides: list[str], preset_params: dict[str, str],
@@ -70,7 +74,6 @@ def is_glob(override: str) -> bool:
 
 # Already in the default run name ${encoding.name}-L${train.seq_len}-s${seed}.
 NAMED_KEYS = ("encoding", "train.seq_len", "seed")
-GROUPS = ("model", "data", "train", "eval", "logger", "task")  # named by the option chosen
 
 
 def run_name_override(jobs: list[list[str]]) -> list[str]:
@@ -79,8 +82,6 @@ def run_name_override(jobs: list[list[str]]) -> list[str]:
     group by its option's name), with the last part of a dotted key where that is unique.
     Nothing when the command line or the sweep preset sets run_name, or nothing else is
     swept."""
-    from posexp.config import in_identity
-
     values: dict[str, set[str]] = {}
     for job in jobs:
         for override in job:
@@ -96,9 +97,79 @@ def run_name_override(jobs: list[list[str]]) -> list[str]:
     parts = []
     for key, name in zip(swept, short, strict=True):
         label = name if short.count(name) == 1 else key
+        # a config group is named by the option chosen
         value = f"${{hydra:runtime.choices.{key}}}" if key in GROUPS else f"${{{key}}}"
         parts.append(f",{label}={value}")
     return [f"run_name='${{encoding.name}}-L${{train.seq_len}}-s${{seed}}{''.join(parts)}'"]
+
+
+@dataclass
+class Job:
+    """One job of a sweep: its overrides, its checked config, and Hydra's part of it."""
+
+    overrides: list[str]
+    cfg: DictConfig
+    hydra: DictConfig
+
+
+def plan(overrides: list[str], config_dir: str | None = None,
+         config_name: str | None = None, devices: bool = True) -> tuple[list[Job], list[str]]:
+    """Every job's overrides and composed, checked config, before the first one starts, and
+    the overrides posexp adds to the sweep (the run name, globs spelled out).  Two jobs
+    never share a directory: unless run_name is given, it grows with every swept key of the
+    identity that the default name does not already hold, in Hydra's override_dirname style
+    (rope-L64-s0,d_model=32,lr=0.001); a plan that still puts two jobs in one directory is
+    refused.  ``devices``: check each job's device exists here."""
+    from posexp.run import existing, pick_device  # torch: not for --help
+    from posexp.runs import Run
+
+    check_overrides(overrides, "sweep")
+    fixed = [o for o in overrides if not parse_override(o).is_sweep_override()]
+    preset = compose_overrides(fixed, config_dir, config_name, with_hydra=True,
+                               command="sweep", resolve=False)
+    params = preset.hydra.sweeper.params or {}
+    jobs, globs = grid(overrides, {str(k): str(v) for k, v in params.items()},
+                       lambda group: group_options(group, config_dir))
+    run_name = run_name_override(jobs)
+    planned, where, checked = [], {}, set()
+    for job in jobs:
+        j = _job(job, run_name, config_dir, config_name)
+        if devices and (j.cfg.device, j.cfg.attention) not in checked:
+            try:
+                pick_device(j.cfg)
+            except PosexpError as e:
+                raise UsageError(f"{' '.join(job)}: {e}") from None
+            checked.add((j.cfg.device, j.cfg.attention))
+        path = Path(j.cfg.results_dir) / j.cfg.experiment / j.cfg.run_name
+        if path in where:
+            first = [o for o in where[path] if o not in job]
+            second = [o for o in job if o not in where[path]]
+            raise UsageError(f"two jobs of this sweep would share the run directory {path}: "
+                             f"[{' '.join(first)}] and [{' '.join(second)}]; give each its "
+                             "own run_name= or experiment= (e.g. run_name='${encoding.name}-"
+                             "${train.lr}'), or sweep evaluation settings with posexp eval")
+        where[path] = job
+        planned.append(j)
+    for j in planned:  # before any job runs: a directory holding another identity
+        if j.cfg.train.resume:
+            spec = RunSpec.of(j.cfg)
+            existing(Run(spec.path), spec)
+    return planned, [*run_name, *globs]
+
+
+def _job(overrides: list[str], run_name: list[str], config_dir: str | None,
+         config_name: str | None) -> Job:
+    """One job composed and checked; a UsageError names its overrides."""
+    try:
+        cfg = compose_overrides([*overrides, *run_name], config_dir, config_name,
+                                with_hydra=True, command="sweep")
+        with open_dict(cfg):
+            hydra_node = cfg.hydra
+            del cfg["hydra"]
+        check(cfg)
+    except PosexpError as e:
+        raise UsageError(f"{' '.join(overrides)}: {e}") from None
+    return Job(overrides, cfg, hydra_node)
 
 
 def worker_threads(launcher: DictConfig) -> int | None:
@@ -178,8 +249,8 @@ def sweep_job(cfg: DictConfig) -> str:
     import torch
     from hydra.core.hydra_config import HydraConfig
 
-    from posexp.experiment import run
-    from posexp.train import Interrupted
+    from posexp.run import run
+    from posexp.run.training import Interrupted
 
     name = f"{cfg.experiment}/{cfg.run_name}"
     launcher = HydraConfig.get().launcher
@@ -189,12 +260,12 @@ def sweep_job(cfg: DictConfig) -> str:
     sequential = "BasicLauncher" in str(launcher.get("_target_", ""))
     with contextlib.nullcontext() if sequential else whole_lines(f"[{cfg.run_name}] "):
         try:
-            return run(cfg, progress=sequential, group=cfg.experiment)
+            check(cfg)
+            return run(RunSpec.of(cfg), progress=sequential, group=cfg.experiment)
         except Interrupted:
             raise  # a signal stops the whole sweep; its run is checkpointed
         except Exception as e:  # one failed job must not stop the sweep
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            print(f"posexp sweep: {name}: failed: {first}", file=sys.stderr)
+            print(f"posexp sweep: {name}: failed: {first_line(e)}", file=sys.stderr)
             return "failed"
 
 
@@ -202,7 +273,7 @@ def summarize(jobs: list[DictConfig]) -> None:
     """Print the sweep's table and write summary.md / summary.csv next to its runs; a job
     that did not complete, or whose run cannot be read, is listed with the reason, and makes
     the exit status 1."""
-    from posexp.report import terminal_table, write_tables
+    from posexp.report import Report, terminal_table, write_tables
     from posexp.runs import MISSING, RunResult, load_run, split_runs
 
     by_experiment: dict[Path, list[RunResult]] = {}
@@ -216,12 +287,12 @@ def summarize(jobs: list[DictConfig]) -> None:
         by_experiment.setdefault(root, []).append(result)
     failed = []
     for root, results in by_experiment.items():
-        done, not_done = split_runs(results)
-        files = write_tables(done, not_done, root, f"posexp sweep: {root}")
-        print(terminal_table(done) if done else "no run completed")
-        for r in not_done:
+        report = Report.of(*split_runs(results))
+        files = write_tables(report, root, f"posexp sweep: {root}")
+        print(terminal_table(report) if report.runs else "no run completed")
+        for r in report.not_done:
             print(f"  not completed: {r.path} ({r.status}: {r.reason})")
         print(f"tables: {', '.join(str(f) for f in files)}")
-        failed += not_done
+        failed += report.not_done
     if failed:
         raise PosexpError(f"{len(failed)} of {len(jobs)} runs did not complete")

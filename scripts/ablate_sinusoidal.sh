@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Which setup makes sinusoidal a fair baseline for learned at the training length?
 # Trains each variant below at the claim suite's CPU scale (L=64, 1M tokens, tiny model,
-# 16,384 scored tokens), then writes the report whose table the README's "Fair baselines"
+# 16,384 scored tokens), then writes the report whose table docs/encodings.md's "Fair baselines"
 # section quotes: the learning rate for both encodings, then at the claim suite's rate
 # (0.004) sinusoidal's token scale, token initialisation, head tying and frequency base, and
 # learned's head tying.  Every variant spells out its head and initialisation, so none

@@ -40,12 +40,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from posexp.attention import bias_kernel, causal_attention
-from posexp.config import flash_attn_installed
+from posexp.attention import bias_kernel, causal_attention, flash_attn_installed
 from posexp.encodings import ModelShape, build_encoding, in_order, spec_of
-from posexp.evaluate import autocast, extrapolation_curve
+from posexp.evaluate import Scoring, autocast, extrapolation_curve
 from posexp.model import GPT, GPTConfig
-from posexp.train import allow_tf32
+from posexp.run.setup import allow_tf32
 
 ENCODINGS = in_order()
 # x-transformers has no plain (unscaled) sinusoidal table, so it has no sinusoidal row
@@ -186,8 +185,8 @@ def bench_curve(model: GPT, lengths: list[int], n_tokens: int, device: torch.dev
     val = np.random.default_rng(0).integers(0, 256, max(lengths) + n_tokens + 1, dtype=np.uint8)
     reset_peak(device)
     t0 = time.perf_counter()
-    curve, _ = extrapolation_curve(model, val, lengths, "nonoverlapping", None, n_tokens,
-                                   32_768, 64, device)
+    curve, _ = extrapolation_curve(model, val, lengths,
+                                   Scoring("nonoverlapping", None, n_tokens, 32_768, 64), device)
     sync(device)
     model.train()
     return {"lengths": lengths, "tokens": n_tokens, "seconds": time.perf_counter() - t0,
@@ -221,6 +220,7 @@ def kernel_agreement(device: torch.device, encodings: list[str], kernels: list[s
 def markdown(result: dict) -> str:
     s = result["setup"]
     evals = result["rows"][0]["eval"]
+    curves = bool(s["curve_points"])  # a column only when the bench scored a curve
     lines = [f"# posexp benchmark — {s['device_name']}, {s['date']}", "",
              f"torch {s['torch']}, python {s['python']}; d_model {s['d_model']}, "
              f"{s['n_layer']} layers, {s['n_head']} heads, L {s['seq_len']}, batch "
@@ -231,8 +231,8 @@ def markdown(result: dict) -> str:
                 f"\n\n**Incomplete**: stopped after {len(result['rows'])} rows."), "",
              "| model | encoding | attention | mode | train tok/s | MFU | step ms | peak GiB | "
              + " | ".join(f"eval {e['length']} s / GiB" for e in evals)
-             + f" | curve ({s['curve_points']} lengths) s |",
-             "|---|---|---|---|---:|---:|---:|---:|" + "---:|" * (len(evals) + 1)]
+             + (f" | curve ({s['curve_points']} lengths) s |" if curves else " |"),
+             "|---|---|---|---|---:|---:|---:|---:|" + "---:|" * (len(evals) + curves)]
 
     def cell(e: dict) -> str:
         if not e["applicable"]:
@@ -241,11 +241,11 @@ def markdown(result: dict) -> str:
 
     for row in result["rows"]:
         for mode, t in row["train"].items():
-            curve = f"{row['curve']['seconds']:.2f}" if row.get("curve") else "—"
+            curve = f" | {row['curve']['seconds']:.2f}" if row.get("curve") else " | —"
             lines.append(f"| {row['model']} | {row['encoding']} | {row['attention']} | {mode} | "
                          f"{t['tok_per_s']:,.0f} | {t['mfu']:.1%} | {t['step_ms']:.1f} | "
                          f"{t['peak_gib']:.2f} | " + " | ".join(map(cell, row["eval"]))
-                         + f" | {curve} |")
+                         + (curve if curves else "") + " |")
     lines += ["", "Score-bias kernels against the fp32 SDPA path (largest absolute difference):",
               "", "| encoding | kernel | length | dtype | max abs diff |",
               "|---|---|---:|---|---:|"]
@@ -257,7 +257,7 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="tiny shape on the CPU, < 1 minute")
     p.add_argument("--device", default="auto")
@@ -286,40 +286,37 @@ def main() -> None:
         args.d_model, args.n_layer, args.n_head = 64, 2, 4
         args.seq_len, args.batch_size, args.steps, args.warmup, args.repeats = 64, 8, 3, 1, 1
         args.eval_lengths, args.curve_points, args.curve_tokens = "256,1024", 4, 2048
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available()
-                          else "cpu" if args.device == "auto" else args.device)
-    allow_tf32(device)
-    peak_n = 8192 if device.type == "cuda" else 1024
-    peak = matmul_peak(device, peak_n)
-    lengths = [int(x) for x in args.eval_lengths.split(",")]
-    curve = (curve_lengths(args.seq_len, max(lengths), args.curve_points)
-             if args.curve_points > 1 else [])
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    modes = {"eager": False, **({"compiled": True} if args.compile else {})}
-    available = ["sdpa", "flex"] + (["flash"] if device.type == "cuda" and flash_attn_installed()
-                                    else [])
-    encodings = args.encodings.split(",")
-    try:  # the kernels each encoding's class can run its score bias on; none without one
-        has_kernels = {e: spec_of(e).module.bias_kernels for e in encodings}
-    except ValueError as e:
-        sys.exit(f"bench.py: {e}")
-    shape = ModelShape(d_model=args.d_model, n_head=args.n_head, n_layer=args.n_layer)
-    biased = [e for e in encodings if has_kernels[e]]
-    agreement = kernel_agreement(device, biased, available, [args.seq_len, min(lengths)],
-                                 shape)
-    now = dt.datetime.now(dt.timezone.utc)
-    stem = args.out / f"bench-{device.type}{'-quick' if args.quick else ''}-{now:%Y%m%d}"
-    args.out.mkdir(parents=True, exist_ok=True)
-    rows = []
+    return args
 
-    def write(complete: bool) -> dict:
-        """The files so far: rewritten after every row, so that a run cut short by a time
-        limit still leaves what it measured (marked incomplete)."""
-        for row in rows:
-            for t in row["train"].values():
-                t["mfu"] = t["model_tflops"] * 1e12 / peak
-        setup = {
-            "date": now.isoformat(timespec="seconds"), "device": device.type,
+
+class Bench:
+    """One benchmark: the rows measured so far, written after every row, so that a run cut
+    short by a time limit still leaves what it measured (marked incomplete)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.device = torch.device(
+            "cuda" if args.device == "auto" and torch.cuda.is_available()
+            else "cpu" if args.device == "auto" else args.device)
+        allow_tf32(self.device)
+        self.peak_n = 8192 if self.device.type == "cuda" else 1024
+        self.peak = matmul_peak(self.device, self.peak_n)
+        self.lengths = [int(x) for x in args.eval_lengths.split(",")]
+        self.curve = (curve_lengths(args.seq_len, max(self.lengths), args.curve_points)
+                      if args.curve_points > 1 else [])
+        self.modes = {"eager": False, **({"compiled": True} if args.compile else {})}
+        self.available = ["sdpa", "flex"] + (
+            ["flash"] if self.device.type == "cuda" and flash_attn_installed() else [])
+        self.now = dt.datetime.now(dt.timezone.utc)
+        self.stem = args.out / (f"bench-{self.device.type}{'-quick' if args.quick else ''}-"
+                                f"{self.now:%Y%m%d}")
+        self.rows: list[dict] = []
+        self.agreement: list[dict] = []
+
+    def setup(self, complete: bool) -> dict:
+        args, device = self.args, self.device
+        return {
+            "date": self.now.isoformat(timespec="seconds"), "device": device.type,
             "device_name": (torch.cuda.get_device_name() if device.type == "cuda"
                             else f"CPU ({platform.processor() or platform.machine()}, "
                             f"{torch.get_num_threads()} threads)"),
@@ -328,37 +325,47 @@ def main() -> None:
                                if args.xtransformers else None),
             "flash_attn": flash_attn_installed(),
             "dtype": "bf16 autocast" if device.type == "cuda" else "fp32",
-            "peak_tflops": peak / 1e12, "d_model": args.d_model, "n_layer": args.n_layer,
+            "peak_tflops": self.peak / 1e12, "d_model": args.d_model, "n_layer": args.n_layer,
             "n_head": args.n_head, "seq_len": args.seq_len, "batch_size": args.batch_size,
             "steps": args.steps, "repeats": args.repeats, "quick": args.quick,
-            "curve_points": len(curve), "curve_tokens": args.curve_tokens,
+            "curve_points": len(self.curve), "curve_tokens": args.curve_tokens,
             "complete": complete,
         }
-        result = {"setup": setup, "rows": rows, "kernel_agreement": agreement}
-        stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-        stem.with_suffix(".md").write_text(markdown(result))
+
+    def write(self, complete: bool) -> dict:
+        for row in self.rows:
+            for t in row["train"].values():
+                t["mfu"] = t["model_tflops"] * 1e12 / self.peak
+        result = {"setup": self.setup(complete), "rows": self.rows,
+                  "kernel_agreement": self.agreement}
+        self.args.out.mkdir(parents=True, exist_ok=True)
+        self.stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+        self.stem.with_suffix(".md").write_text(markdown(result))
         return result
 
-    def measure(model: nn.Module, flops: float, row: dict) -> None:
+    def measure(self, model: nn.Module, flops: float, row: dict) -> None:
         row["params"] = sum(p.numel() for p in model.parameters())
         row["train"] = {}
         # x-transformers runs eager only, as researchers run it (and as #4's figures did)
-        for mode, compiled in (modes if isinstance(model, GPT) else {"eager": False}).items():
-            row["train"][mode] = bench_train(model, flops, args, device, compiled)
-        row["eval"] = [bench_eval(model, n, device) for n in lengths]
-        if curve and isinstance(model, GPT):
-            row["curve"] = bench_curve(model, curve, args.curve_tokens, device)
-        rows.append(row)
-        write(complete=False)
+        for mode, compiled in (self.modes if isinstance(model, GPT)
+                               else {"eager": False}).items():
+            row["train"][mode] = bench_train(model, flops, self.args, self.device, compiled)
+        row["eval"] = [bench_eval(model, n, self.device) for n in self.lengths]
+        if self.curve and isinstance(model, GPT):
+            row["curve"] = bench_curve(model, self.curve, self.args.curve_tokens, self.device)
+        self.rows.append(row)
+        self.write(complete=False)
         print(f"{row['model']:>14} {row['encoding']:>10} {row['attention']:>5}: "
               + ", ".join(f"{m} {t['tok_per_s']:,.0f} tok/s" for m, t in row["train"].items()),
               file=sys.stderr)
 
-    for encoding in encodings:
-        has = has_kernels[encoding]
-        # the requested kernels this encoding has and this machine runs
+    def encoding(self, encoding: str, has: tuple[str, ...]) -> None:
+        """posexp's rows of ``encoding``, one per kernel asked for that it has (``has``)
+        and this machine runs; x-transformers' row, where it has the encoding."""
+        args, device = self.args, self.device
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
         kernels = ([k for k in args.bias_kernels.split(",")
-                    if k == "auto" or (k in has and k in available)] if has else ["auto"])
+                    if k == "auto" or (k in has and k in self.available)] if has else ["auto"])
         for kernel in kernels:
             torch.manual_seed(0)
             model = GPT(GPTConfig(vocab_size=256, d_model=args.d_model, n_layer=args.n_layer,
@@ -368,18 +375,35 @@ def main() -> None:
             # the kernel the model runs, for the label: auto's choice for a score bias, and
             # SDPA's own causal kernel without one
             kernel = (bias_kernel(kernel, torch.empty(0, device=device, dtype=dtype), 0.0,
-                                  model.encoding).value if has else "sdpa")
-            measure(model, flops, {"model": "posexp", "encoding": encoding, "attention": kernel})
+                                  model.encoding) if has else "sdpa")
+            self.measure(model, flops, {"model": "posexp", "encoding": encoding,
+                                        "attention": kernel})
         if args.xtransformers and encoding in XT_ENCODINGS:
             torch.manual_seed(0)
-            xt = XTransformersLM(encoding, args, max(lengths)).to(device)
-            measure(xt, flops, {"model": "x-transformers", "encoding": encoding,
-                                "attention": "attn_flash"})
+            xt = XTransformersLM(encoding, args, max(self.lengths)).to(device)
+            self.measure(xt, flops, {"model": "x-transformers", "encoding": encoding,
+                                     "attention": "attn_flash"})
+
+
+def main() -> None:
+    args = parse_args()
+    bench = Bench(args)
+    encodings = args.encodings.split(",")
+    try:  # the kernels each encoding's class can run its score bias on; none without one
+        has_kernels = {e: spec_of(e).module.bias_kernels for e in encodings}
+    except ValueError as e:
+        sys.exit(f"bench.py: {e}")
+    shape = ModelShape(d_model=args.d_model, n_head=args.n_head, n_layer=args.n_layer)
+    bench.agreement = kernel_agreement(bench.device, [e for e in encodings if has_kernels[e]],
+                                       bench.available, [args.seq_len, min(bench.lengths)],
+                                       shape)
+    for encoding in encodings:
+        bench.encoding(encoding, has_kernels[encoding])
     # the peak again at the end, and the higher of the two: one measurement on a shared
     # machine can catch a busy moment and put MFU above 100%
-    peak = max(peak, matmul_peak(device, peak_n))
-    print(markdown(write(complete=True)))
-    print(f"wrote {stem}.json and {stem}.md", file=sys.stderr)
+    bench.peak = max(bench.peak, matmul_peak(bench.device, bench.peak_n))
+    print(markdown(bench.write(complete=True)))
+    print(f"wrote {bench.stem}.json and {bench.stem}.md", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ if args["limit_mb"]:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 from omegaconf import OmegaConf
-from posexp.config import DataConfig
+from posexp.config.schema import DataConfig
 from posexp.data import make_tokenizer, open_source, scan, write_tokens
 from posexp.data.cache import build_once
 

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from posexp import cli
+from posexp import config as C
+from posexp.cli.args import parse_args
 
 # A model and budget small enough that a run through the real CLI takes a few seconds.
 TINY = [
@@ -24,6 +26,22 @@ TINY = [
 # for a core (a tiny run trained 20-100x slower so, measured); numbers stay comparable
 # because every run of the suite trains with the same count.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def compose_args(args: list[str], command: str = "train"):
+    """The checked config ``posexp COMMAND ARGS`` composes (overrides and --config-dir,
+    --config-name), in this process: Hydra's compose API, as lightning-hydra-template's
+    tests use it."""
+    a = parse_args(list(args), command)
+    return C.compose(a.overrides, a.config_dir, a.config_name, command)
+
+
+def plan_sweep(args: list[str]):
+    """The jobs ``posexp sweep ARGS`` would run, composed and checked (posexp.sweep.plan)."""
+    from posexp.sweep import plan
+
+    a = parse_args(list(args), "sweep")
+    return plan(a.overrides, a.config_dir, a.config_name, devices="--cfg" not in a.flags)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -130,3 +148,25 @@ def assert_usage_error(r, message: str) -> None:
     assert len(lines) == 1 and lines[0].startswith("posexp: error: "), r.stderr
     assert message in lines[0]
     assert "Traceback" not in r.stderr
+
+
+def build_model(cfg, vocab_size: int):
+    """The model posexp builds for a composed config (posexp.run.setup.build_model)."""
+    from posexp.run.setup import build_model as build
+
+    return build(C.RunSpec.of(cfg), vocab_size)
+
+
+def score_curve(model, val, lengths, mode, stride, n_tokens, batch_tokens=32_768,
+                per_position_buckets=4, device=None, token_bytes=None, progress=None,
+                rope_scaling=None):
+    """evaluate.extrapolation_curve with its scoring settings spelled out one by one."""
+    import torch
+
+    from posexp.evaluate import Scoring, extrapolation_curve
+
+    return extrapolation_curve(model, val, lengths,
+                               Scoring(mode, stride, n_tokens, batch_tokens,
+                                       per_position_buckets),
+                               device or torch.device("cpu"), token_bytes, progress,
+                               rope_scaling)

@@ -10,8 +10,8 @@ from omegaconf import OmegaConf
 
 from posexp import config as C
 from posexp import stats
-from posexp.cli import compose
 from tests.conftest import TINY
+from tests.conftest import compose_args as compose
 
 FINGERPRINT = "7f3e3fa2ed09" + "0" * 52
 

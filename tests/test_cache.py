@@ -188,7 +188,7 @@ def test_a_vanished_source_file_is_not_blamed_on_the_cache(words, tmp_path, monk
 LOAD = """
 import sys
 from omegaconf import OmegaConf
-from posexp.config import DataConfig
+from posexp.config.schema import DataConfig
 from posexp.data import load_corpus
 cfg = OmegaConf.merge(OmegaConf.structured(DataConfig), dict(
     name="words", source="text", path=sys.argv[1], val_fraction=0.3, cache_dir=sys.argv[2]))

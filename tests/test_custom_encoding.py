@@ -1,5 +1,5 @@
 """An encoding added from outside posexp's source: one module and one config file under
---config-dir (tests/custom_encoding/, the README's worked example), through train, sweep,
+--config-dir (tests/custom_encoding/, docs/encodings.md's worked example), through train, sweep,
 eval and report."""
 
 import shutil

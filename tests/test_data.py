@@ -12,15 +12,15 @@ import torch
 from filelock import FileLock
 from omegaconf import OmegaConf
 
-from posexp.config import DataConfig
+from posexp.config.schema import DataConfig
 from posexp.data import SEPARATOR, in_validation, load_corpus
 from posexp.data.cache import build_once, lock_path, token_dtype
 from posexp.data.source import cut_blocks
 from posexp.data.stdlib import stdlib_files
 from posexp.data.text import ENWIK8_SIZE
 from posexp.errors import UsageError
-from posexp.evaluate import extrapolation_curve
 from posexp.model import GPT, GPTConfig
+from tests.conftest import score_curve
 
 VOCABULARY = ("the of and to in a is that for it as was with be by on not he this are or his "
               "from at which but have an they you were her she there been one all we their "
@@ -239,7 +239,7 @@ def test_bits_per_byte_compare_tokenizers(words, tmp_path):
         for p in model.parameters():
             torch.nn.init.zeros_(p)
         n = 2000
-        curve, _ = extrapolation_curve(model, corpus.val, [32], "nonoverlapping", None, n,
+        curve, _ = score_curve(model, corpus.val, [32], "nonoverlapping", None, n,
                                        4096, 4, torch.device("cpu"), corpus.token_bytes)
         scored = corpus.token_bytes[corpus.val[-n:]].sum()  # the last n targets are scored
         log2v = math.log2(corpus.vocab_size)
@@ -300,7 +300,7 @@ def test_concurrent_loads_share_one_bpe_cache(words, tmp_path):
     trains and tokenizes, and both read identical arrays."""
     cache = tmp_path / "cache"
     code = ("import sys, hashlib; from omegaconf import OmegaConf; "
-            "from posexp.config import DataConfig; from posexp.data import load_corpus; "
+            "from posexp.config.schema import DataConfig; from posexp.data import load_corpus; "
             "c = load_corpus(OmegaConf.merge(OmegaConf.structured(DataConfig), dict(name='words',"
             f" source='text', path={str(words)!r}, tokenizer='bpe', vocab_size=300, "
             f"val_fraction=0.2, cache_dir={str(cache)!r}))); "

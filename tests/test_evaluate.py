@@ -7,13 +7,14 @@ import torch.nn.functional as F
 
 from posexp.errors import UsageError
 from posexp.evaluate import (
+    Scoring,
     bucket_edges,
     check_val_size,
     count_windows,
-    extrapolation_curve,
     window_plan,
 )
 from posexp.model import GPT, GPTConfig
+from tests.conftest import score_curve
 
 
 def scored_targets(first, n, length, stride):
@@ -51,11 +52,11 @@ def test_scored_region_does_not_depend_on_the_lengths():
     val = np.random.default_rng(4).integers(0, 256, 3000).astype(np.uint8)
     args = dict(n_tokens=300, batch_tokens=256, per_position_buckets=4,
                 device=torch.device("cpu"))
-    alone, _ = extrapolation_curve(model, val, [32], "nonoverlapping", None, **args)
-    wide, _ = extrapolation_curve(model, val, [32, 256, 1024], "nonoverlapping", None, **args)
+    alone, _ = score_curve(model, val, [32], "nonoverlapping", None, **args)
+    wide, _ = score_curve(model, val, [32, 256, 1024], "nonoverlapping", None, **args)
     assert alone[0]["first_token"] == wide[0]["first_token"] == 3000 - 1 - 300
     assert alone[0]["loss"] == wide[0]["loss"]
-    slid, _ = extrapolation_curve(model, val, [32, 2048], "sliding", 8, **args)
+    slid, _ = score_curve(model, val, [32, 2048], "sliding", 8, **args)
     assert {p["first_token"] for p in slid} == {3000 - 1 - 300}
 
 
@@ -77,9 +78,9 @@ def test_count_windows_is_what_gets_scored():
     val = np.random.default_rng(5).integers(0, 256, 3000).astype(np.uint8)
     for mode, stride in (("nonoverlapping", None), ("sliding", 8), ("sliding", None)):
         seen = []
-        extrapolation_curve(model, val, [16, 32, 64], mode, stride, 300, 256, 4,
+        score_curve(model, val, [16, 32, 64], mode, stride, 300, 256, 4,
                             torch.device("cpu"), progress=seen.append)
-        assert sum(seen) == count_windows([16, 32, 64], mode, stride, 300, 32)
+        assert sum(seen) == count_windows([16, 32, 64], Scoring(mode, stride, 300, 256), 32)
 
 
 def test_val_size_check_names_the_numbers():
@@ -100,7 +101,7 @@ def test_curve_matches_direct_loss():
     val = rng.integers(0, 256, 2000).astype(np.uint8)
     n, L = 256, 32
     first = len(val) - 1 - n  # the last n targets of the stream are scored
-    curve, per_pos = extrapolation_curve(model, val, [32, 64], "nonoverlapping", None, n,
+    curve, per_pos = score_curve(model, val, [32, 64], "nonoverlapping", None, n,
                                          batch_tokens=64, per_position_buckets=8,
                                          device=torch.device("cpu"))
     windows = torch.from_numpy(val[first : first + n + 1].astype(np.int64))
@@ -143,9 +144,9 @@ def test_sliding_equals_nonoverlapping_when_stride_is_window():
     val = np.random.default_rng(1).integers(0, 256, 3000).astype(np.uint8)
     args = dict(n_tokens=500, batch_tokens=100, per_position_buckets=4,
                 device=torch.device("cpu"))
-    non, _ = extrapolation_curve(model, val, [40], "nonoverlapping", None, **args)
-    sli, _ = extrapolation_curve(model, val, [40], "sliding", 40 - 1, **args)
-    same, _ = extrapolation_curve(model, val, [40], "sliding", None, **args)
+    non, _ = score_curve(model, val, [40], "nonoverlapping", None, **args)
+    sli, _ = score_curve(model, val, [40], "sliding", 40 - 1, **args)
+    same, _ = score_curve(model, val, [40], "sliding", None, **args)
     assert non[0]["stride"] == 40 and same[0]["stride"] == 20
     assert sli[0]["tokens"] == non[0]["tokens"] == 500
     assert sli[0]["loss"] != pytest.approx(non[0]["loss"], rel=1e-6)
@@ -155,7 +156,7 @@ def test_bits_per_byte_counts_the_bytes_of_the_scored_tokens():
     model = _model()
     val = np.random.default_rng(3).integers(0, 256, 2000).astype(np.uint8)
     token_bytes = np.where(np.arange(256) % 2 == 0, 1, 3)  # odd ids stand for 3 bytes
-    curve, _ = extrapolation_curve(model, val, [32], "nonoverlapping", None, 320, 320, 4,
+    curve, _ = score_curve(model, val, [32], "nonoverlapping", None, 320, 320, 4,
                                    torch.device("cpu"), token_bytes)
     n_bytes = token_bytes[val[-320:]].sum()
     assert curve[0]["bits_per_byte"] == pytest.approx(
@@ -166,7 +167,7 @@ def test_bits_per_byte_counts_the_bytes_of_the_scored_tokens():
 def test_learned_is_not_applicable_past_its_table():
     model = _model("learned", max_positions=32)
     val = np.random.default_rng(2).integers(0, 256, 2000).astype(np.uint8)
-    curve, per_pos = extrapolation_curve(model, val, [32, 64, 128], "nonoverlapping", None,
+    curve, per_pos = score_curve(model, val, [32, 64, 128], "nonoverlapping", None,
                                          256, 256, 4, torch.device("cpu"))
     assert [p["applicable"] for p in curve] == [True, False, False]
     assert curve[1]["loss"] is None and "stop at 32" in curve[1]["reason"]

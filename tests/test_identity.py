@@ -16,10 +16,11 @@ from omegaconf import OmegaConf
 import posexp
 from posexp import config as C
 from posexp import runs
-from posexp.cli import compose, compose_overrides
+from posexp.config import compose_overrides
 from posexp.errors import UsageError
 from posexp.model import GPT, GPTConfig
 from tests.conftest import TINY, assert_usage_error, copy_run, read_json
+from tests.conftest import compose_args as compose
 from tests.test_reliability import LONG, start, wait_for_step
 
 SMALL = [a for a in TINY if not a.startswith("model.d_model")]
@@ -27,7 +28,7 @@ SMALL = [a for a in TINY if not a.startswith("model.d_model")]
 
 def composed(*overrides: str):
     C.register()
-    return compose_overrides(list(overrides), {})
+    return compose_overrides(list(overrides))
 
 
 def files_of(run: Path) -> dict[str, int]:
@@ -297,7 +298,9 @@ def test_a_truncated_token_cache_is_named_and_rebuilt(posexp_here, tmp_path):
 
 # --- small pieces -------------------------------------------------------------------------
 def test_validation_loss_is_computed_without_dropout():
-    from posexp.train import val_loss
+    from types import SimpleNamespace
+
+    from posexp.run.workloads import CorpusWorkload
 
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=256, d_model=32, n_layer=1, n_head=2, d_ff=64,
@@ -309,7 +312,8 @@ def test_validation_loss_is_computed_without_dropout():
 
     cfg = OmegaConf.create({"train": {"val_tokens": 512, "seq_len": 16},
                             "eval": {"batch_tokens": 256}})
-    a, b = (val_loss(model, Tiny, cfg, torch.device("cpu")) for _ in range(2))
+    work = CorpusWorkload(SimpleNamespace(cfg=cfg))
+    a, b = (work.val_loss(model, Tiny, torch.device("cpu")) for _ in range(2))
     assert a == b and model.training  # deterministic, and training mode is restored
 
 

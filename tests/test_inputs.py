@@ -24,9 +24,12 @@ from omegaconf import OmegaConf
 
 from posexp import cli
 from posexp import config as C
+from posexp.cli import run_commands
+from posexp.cli.errors import fail
+from posexp.config import bounds
 from posexp.errors import UsageError
 from posexp.runs import Run
-from tests.conftest import TINY, copy_run, read_json
+from tests.conftest import TINY, compose_args, copy_run, plan_sweep, read_json
 from tests.test_data import write_words
 
 UNSET = "POSEXP_TEST_UNSET_VARIABLE"
@@ -66,7 +69,7 @@ def make_inputs(d: Path) -> None:
     for name, text in config_dirs.items():
         (d / name).parent.mkdir(parents=True, exist_ok=True)
         (d / name).write_text(text)
-    preset = yaml.safe_load((Path(cli.CONFIG_DIR) / "reproduce" / "cpu.yaml").read_text())
+    preset = yaml.safe_load((Path(C.CONFIG_DIR) / "reproduce" / "cpu.yaml").read_text())
     (d / "broken.yaml").write_text("runs: [\n  - [encoding=rope\n")
     (d / "nokey.yaml").write_text(yaml.safe_dump({k: v for k, v in preset.items()
                                                   if k != "thresholds"}))
@@ -74,7 +77,7 @@ def make_inputs(d: Path) -> None:
     (d / "badreport.yaml").write_text(yaml.safe_dump({**preset, "report": "../elsewhere"}))
     (d / "nomodel.yaml").write_text(yaml.safe_dump({**preset, "thresholds": {
         **preset["thresholds"], "t5_flat": "high"}}))
-    encodings = yaml.safe_load((Path(cli.CONFIG_DIR) / "reproduce" / "encodings.yaml")
+    encodings = yaml.safe_load((Path(C.CONFIG_DIR) / "reproduce" / "encodings.yaml")
                                .read_text())
     del encodings["thresholds"]["randomized"]
     (d / "norandom.yaml").write_text(yaml.safe_dump(encodings))
@@ -82,9 +85,9 @@ def make_inputs(d: Path) -> None:
         {**preset, "overrides": ["+hydra.callbacks.x._target_=os.makedirs"]}))
     # runs: a config that evaluates on the small corpus, and damaged variants
     C.register()
-    cfg = C.resolve(cli.compose([*TINY, "data=text", f"data.path={d / 'corpus.txt'}"]))
+    cfg = C.resolve(compose_args([*TINY, "data=text", f"data.path={d / 'corpus.txt'}"]))
     config = OmegaConf.to_yaml(cfg)
-    from posexp.train import build_model
+    from tests.conftest import build_model
 
     weights = {"model": build_model(cfg, 256).state_dict()}
     runs = d / "runs" / "e"
@@ -119,7 +122,7 @@ def no_hydra(*args, **kwargs):
 @pytest.fixture
 def run_cli(monkeypatch, capsys, cache_dir, tmp_path):
     """cli.main(args) in this process, from an empty directory: (exit code, stdout, stderr)."""
-    monkeypatch.setattr(cli, "hydra_main", no_hydra)
+    monkeypatch.setattr(run_commands, "hydra_main", no_hydra)
     monkeypatch.setenv("POSEXP_CACHE", str(cache_dir))
     monkeypatch.delenv("POSEXP_DEBUG", raising=False)
     monkeypatch.delenv(UNSET, raising=False)
@@ -337,7 +340,8 @@ BAD = [
     (["reproduce", "--preset", "{d}/norandom.yaml"], 2,
      ["norandom.yaml has no thresholds.randomized"]),
     (["reproduce", "--preset", "nope"], 2,
-     ["there is no reproduce preset 'nope'", "cpu, encodings, encodings-gpu, gpu"]),
+     ["there is no reproduce preset 'nope'", ", ".join(sorted(
+         p.stem for p in (Path(C.CONFIG_DIR) / "reproduce").glob("*.yaml")))]),
     (["reproduce", "--preset"], 2, ["requires an argument"]),
     (["--bogus"], 2, ["No such option: --bogus"]),
 ]
@@ -397,7 +401,7 @@ def test_malformed_overrides_end_in_a_usage_error_never_another_exception():
         for value in MALFORMED:
             override = f"{key}={value}"
             try:
-                cli.compose([override])
+                compose_args([override])
             except UsageError as e:
                 refused += 1
                 assert "\n" not in str(e).strip() and str(e), override
@@ -412,7 +416,7 @@ def test_malformed_eval_overrides_of_a_saved_run(inputs):
     for key in [f"eval.{k}" for k in C.schema_keys("eval")] + ["device", "attention"]:
         for value in MALFORMED:
             try:
-                cfg = cli.apply_overrides(saved, [f"{key}={value}"],
+                cfg = C.apply_overrides(saved, [f"{key}={value}"],
                                           allowed=("eval.", "device", "attention"))
                 C.check_device_name(cfg.device)
                 C.check_eval(cfg)
@@ -426,13 +430,12 @@ def test_malformed_eval_overrides_of_a_saved_run(inputs):
 # --- what keeps working -------------------------------------------------------------------
 def test_launchers_and_config_dirs_that_run_no_code_keep_working(inputs):
     for launcher in ("basic", "joblib", "submitit_local"):
-        jobs, _ = cli.plan_sweep(cli.parse_args(
-            ["encoding=rope,alibi", f"hydra/launcher={launcher}", "--cfg", "job"], "sweep"))
+        jobs, _ = plan_sweep(["encoding=rope,alibi", f"hydra/launcher={launcher}", "--cfg", "job"])
         assert [j.cfg.encoding.name for j in jobs] == ["rope", "alibi"]
         assert launcher.split("_")[0] in jobs[0].hydra.launcher._target_.lower()
-    cfg = cli.compose(["--config-dir", str(inputs / "cd_primary"), "--config-name", "mine"])
+    cfg = compose_args(["--config-dir", str(inputs / "cd_primary"), "--config-name", "mine"])
     assert cfg.seed == 7
-    cfg = cli.compose(["hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+    cfg = compose_args(["hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
                        "+hydra.job.env_set.OMP_NUM_THREADS=1"])
     assert cfg.encoding.name == "rope"
 
@@ -440,7 +443,7 @@ def test_launchers_and_config_dirs_that_run_no_code_keep_working(inputs):
 def test_devices_are_checked_against_what_exists():
     C.register()
     for device in ("auto", "cpu", "cuda", "cuda:0", "cuda:12", "mps"):
-        assert cli.compose([f"device={device}"]).device == device  # the schema takes them
+        assert compose_args([f"device={device}"]).device == device  # the schema takes them
     C.check_device("cuda:1", cuda_count=2, mps=False)
     C.check_device("mps", cuda_count=0, mps=True)
     with pytest.raises(UsageError, match=r"device=cuda:1 but torch sees 1 CUDA GPU \(cuda:0\)"):
@@ -488,8 +491,9 @@ def test_help_pages(run_cli):
                   "hydra/launcher="):
         assert f"\n  {group}" in train, group
     assert "sweep=" not in train and "reproduce" not in train.split("Main keys")[0]
-    assert ("encoding=       alibi, fire, kerple_log, kerple_power, learned, nope, [rope], "
-            "sinusoidal, t5, xpos") in train
+    encodings = sorted(p.stem for p in (Path(C.CONFIG_DIR) / "encoding").glob("*.yaml"))
+    assert "encoding=       " + ", ".join(f"[{e}]" if e == "rope" else e
+                                          for e in encodings) in train
     assert "train.seq_len=64" in train and "eval.lengths=[64,128,256,512,1024]" in train
     assert "--cfg job" in train
     assert "[alibi]" in pages["train --help encoding=alibi"]
@@ -528,13 +532,13 @@ def test_fail_prints_one_line_for_any_error(capsys, monkeypatch):
                         (KeyboardInterrupt(), 130), (RuntimeError("x\ny"), 1),
                         (MemoryError(), 1)]:
         with pytest.raises(SystemExit) as done:
-            cli.fail(error)
+            fail(error)
         assert done.value.code == code
         assert len(capsys.readouterr().err.strip().splitlines()) == 1
-    from posexp.train import Interrupted
+    from posexp.run.training import Interrupted
 
     with pytest.raises(SystemExit) as done:
-        cli.fail(Interrupted(2, 300))
+        fail(Interrupted(2, 300))
     assert done.value.code == 130
     assert capsys.readouterr().err.startswith("posexp: stopped by SIGINT at step 300; ")
     monkeypatch.setenv("POSEXP_DEBUG", "1")
@@ -542,7 +546,7 @@ def test_fail_prints_one_line_for_any_error(capsys, monkeypatch):
         raise UsageError("shown with its traceback")
     except UsageError as e:
         with pytest.raises(SystemExit):
-            cli.fail(e)
+            fail(e)
     assert "Traceback" in capsys.readouterr().err
 
 
@@ -557,8 +561,8 @@ def test_schema_types_cover_every_check():
         if kind in (int, float, int | None, float | None):
             huge = "1e300" if float in typing.get_args(kind) or kind is float else str(2**70)
             with pytest.raises(UsageError):
-                cli.compose([f"{key}={huge}"])
-    assert math.isfinite(C.MAX_PARAMS)
+                compose_args([f"{key}={huge}"])
+    assert math.isfinite(bounds.MAX_PARAMS)
 
 
 # --- through the real posexp process --------------------------------------------------------

@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from posexp import config as C
-from posexp.cli import compose_overrides
+from posexp.config import compose_overrides
 from posexp.encodings import ENCODINGS, in_order
 from posexp.errors import UsageError
 from posexp.model import GPT, GPTConfig
-from posexp.train import random_positions
+from posexp.run.training import random_positions
 from tests.conftest import TINY, assert_usage_error, read_json
 
 C.register()
@@ -87,10 +87,10 @@ def test_rotary_scores_depend_on_the_distance_between_random_positions(name):
 
 
 def test_config_checks_and_identity():
-    cfg = compose_overrides([*TINY, "encoding=learned", "train.random_positions=64"], {})
+    cfg = compose_overrides([*TINY, "encoding=learned", "train.random_positions=64"])
     assert C.resolve(cfg).encoding.max_positions == 64  # a row for each position trained
     assert C.identity(cfg)["train.random_positions"] == 64
-    plain = compose_overrides([*TINY, "encoding=rope"], {})
+    plain = compose_overrides([*TINY, "encoding=rope"])
     assert "train.random_positions" not in C.identity(plain)  # old runs keep their identity
     for overrides, message in [
         (["train.random_positions=8"], "train.random_positions (8) must be at least "
@@ -102,7 +102,7 @@ def test_config_checks_and_identity():
          "encoding.max_positions (32) is less than train.random_positions (64)"),
     ]:
         with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
-            C.check(compose_overrides([*TINY, *overrides], {}))
+            C.check(compose_overrides([*TINY, *overrides]))
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ import yaml
 from omegaconf import open_dict
 
 from posexp import config as C
-from posexp.cli import CONFIG_DIR, compose_overrides
+from posexp.config import CONFIG_DIR, compose_overrides
 from posexp.encodings import ENCODINGS, ModelShape, build_encoding, encoding_config, in_order
 from posexp.encodings.registry import register
 from posexp.errors import UsageError
@@ -35,8 +35,7 @@ def test_every_encoding_has_its_yaml_with_the_papers_defaults():
 
 
 def test_registry_metadata():
-    assert in_order() == ["nope", "learned", "sinusoidal", "rope", "alibi", "t5", "kerple_log",
-                          "kerple_power", "fire", "xpos"]
+    assert in_order()[0] == "nope"  # the control first, in figures, tables and sweeps
     specs = ENCODINGS.values()
     assert len({s.label for s in specs}) == len({s.order for s in specs}) == len(ENCODINGS)
     assert len({s.colour.lower() for s in specs}) == len(ENCODINGS)
@@ -85,7 +84,7 @@ def test_bad_hparams_are_refused(name, hparams, message):
 
 def checked(*overrides: str, hparams: dict | None = None):
     C.register()
-    cfg = compose_overrides([*TINY, *overrides], {})
+    cfg = compose_overrides([*TINY, *overrides])
     if hparams is not None:
         with open_dict(cfg):
             cfg.encoding.hparams = hparams

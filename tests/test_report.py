@@ -17,30 +17,32 @@ from omegaconf import OmegaConf
 
 from posexp import config as C
 from posexp import stats
-from posexp.cli import compose, compose_overrides
+from posexp.config import compose_overrides
 from posexp.encodings import ENCODINGS, in_order
 from posexp.errors import PosexpError
-from posexp.report import (
-    CSV_COLUMNS,
-    GREY,
+from posexp.report import write_report
+from posexp.report.curves import curve_cells, mode_curves
+from posexp.report.plotting import GREY
+from posexp.report.series import (
     MARKERS,
     SPARE_COLOURS,
     STYLES,
     build_series,
-    curve_cells,
     describe,
     encoding_colours,
-    extrapolation_figure,
-    markdown,
-    mode_curves,
-    per_position_figure,
     stride_settings,
-    terminal_table,
-    write_report,
-    write_tables,
 )
+from posexp.report.tables import CSV_COLUMNS
 from posexp.runs import load_run, load_runs
 from posexp.sweep import summarize
+from tests.conftest import compose_args as compose
+from tests.reports import (
+    extrapolation_figure,
+    markdown,
+    per_position_figure,
+    terminal_table,
+    write_tables,
+)
 
 C.register()
 
@@ -54,7 +56,7 @@ VERSIONS = {"posexp": "0.1.0", "python": "3.11.7", "torch": "2.13.0"}
 def config_text(overrides: tuple[str, ...]) -> str:
     """config.yaml of a composed, checked and resolved config, as a run writes it
     (composing takes a third of a second, so once per set of overrides)."""
-    cfg = compose_overrides(list(overrides), {})
+    cfg = compose_overrides(list(overrides))
     C.check(cfg)
     return OmegaConf.to_yaml(C.resolve(cfg), resolve=True)
 
@@ -815,7 +817,7 @@ def test_a_tall_legend_grows_the_figure_instead_of_running_off_it(tmp_path):
 
 
 def test_long_legend_labels_break_between_their_parts():
-    from posexp.report import LEGEND_WRAP, legend_label
+    from posexp.report.plotting import LEGEND_WRAP, legend_label
 
     label = ("sinusoidal L=64 · learn_scale=False · scale_tokens=True · table_scale=1 · "
              "tie_weights=False (2 seeds)")

@@ -15,19 +15,13 @@ import numpy as np
 import pytest
 
 from posexp.data.tasks import binomial_interval
-from posexp.report import (
-    CSV_COLUMNS,
-    GREY,
-    passkey_grid,
-    task_cells,
-    task_figure,
-    task_markdown,
-    task_series,
-    terminal_table,
-    write_report,
-    write_tables,
-)
+from posexp.report import write_report
+from posexp.report.plotting import GREY
+from posexp.report.tables import CSV_COLUMNS
+from posexp.report.task_figures import task_figure
+from posexp.report.tasks import passkey_grid, task_cells, task_markdown, task_series
 from posexp.runs import RunResult, load_runs
+from tests.reports import terminal_table, write_tables
 from tests.test_report import SMALL, caption, config_text, curves_drawn, make_run, panels
 
 T_975_2 = 4.302652729911275  # the 97.5% quantile of Student's t with 2 degrees of freedom

@@ -16,24 +16,16 @@ import numpy as np
 import pytest
 from omegaconf import DictConfig, OmegaConf
 
-import posexp.experiment
+import posexp.run
 from posexp import config as C
-from posexp import stats
-from posexp.cli import CONFIG_DIR, compose, compose_overrides
+from posexp import scaling, stats
+from posexp.claims import reproduce, verdicts
+from posexp.claims.base import FAILS, HOLDS, INCONCLUSIVE, UNMEASURED
+from posexp.claims.preset import load_preset, preset_runs, preset_seeds, report_dir
+from posexp.config import CONFIG_DIR, compose_overrides, derive, schema
 from posexp.errors import PosexpError, UsageError
-from posexp.reproduce import (
-    FAILS,
-    HOLDS,
-    INCONCLUSIVE,
-    UNMEASURED,
-    load_preset,
-    preset_runs,
-    preset_seeds,
-    report_dir,
-    reproduce,
-    verdicts,
-)
 from posexp.runs import load_runs
+from tests.conftest import compose_args as compose
 from tests.conftest import read_json
 
 C.register()
@@ -60,7 +52,7 @@ TEXT = np.random.default_rng(0).normal(0, 0.3, 64)
 
 @functools.lru_cache
 def config_text(overrides: tuple[str, ...]) -> str:
-    cfg = compose_overrides(list(overrides), {})
+    cfg = compose_overrides(list(overrides))
     C.check(cfg)
     return OmegaConf.to_yaml(C.resolve(cfg), resolve=True)
 
@@ -232,7 +224,8 @@ def test_verdicts_never_combine_modes(tmp_path):
 def _fake_experiment(calls: list, fail: str):
     """experiment.run writing a completed synthetic run (or failing for encoding ``fail``)."""
 
-    def run(cfg: DictConfig, progress: bool = True, group: str | None = None) -> str:
+    def run(spec, progress: bool = True, group: str | None = None) -> str:
+        cfg = spec.cfg
         calls.append((cfg.encoding.name, cfg.train.seq_len, cfg.seed,
                       C.EvalMode(cfg.eval.mode).value))
         if cfg.encoding.name == fail:
@@ -240,7 +233,7 @@ def _fake_experiment(calls: list, fail: str):
         path = Path(cfg.results_dir) / cfg.experiment / cfg.run_name
         ppl = CLAIM_RUNS[(cfg.encoding.name, cfg.train.seq_len)]
         mode = C.EvalMode(cfg.eval.mode).value
-        points = curve({L: ppl.get(L, 50.0) for L in C.eval_lengths(cfg)}, mode)
+        points = curve({L: ppl.get(L, 50.0) for L in derive.eval_lengths(cfg)}, mode)
         if (path / "eval.json").exists():
             points = json.loads((path / "eval.json").read_text())["curve"] + points
         write_run(path, OmegaConf.to_yaml(C.resolve(cfg), resolve=True), points)
@@ -263,10 +256,10 @@ def write_preset(path: Path, **fields) -> Path:
 def test_reproduce_runs_every_seed_and_fails_at_the_end(tmp_path, monkeypatch, capsys):
     preset = write_preset(tmp_path / "tiny.yaml")
     calls: list = []
-    monkeypatch.setattr(posexp.experiment, "run", _fake_experiment(calls, fail="rope"))
+    monkeypatch.setattr(posexp.run, "run", _fake_experiment(calls, fail="rope"))
     with pytest.raises(PosexpError, match=r"^2 of 12 runs failed; their claims are not "
                                           r"measured$"):
-        reproduce(str(preset), tmp_path / "out", Path(CONFIG_DIR), compose)
+        reproduce(str(preset), tmp_path / "out")
     # every other run was trained and scored in both modes at both seeds
     assert len(calls) == 2 * (5 * 2 + 1)
     assert {c[2] for c in calls} == {0, 1}
@@ -291,13 +284,13 @@ def test_reproduce_runs_every_seed_and_fails_at_the_end(tmp_path, monkeypatch, c
     ({"seeds": [0, 0]}, "seeds must be a list of distinct non-negative integers"),
     ({"seeds": [-1]}, "seeds must be a list of distinct non-negative integers"),
     ({"seeds": []}, "seeds must be a list of distinct non-negative integers"),
-    ({"seeds": 3}, "seeds must be a list of distinct non-negative integers, got 3"),
+    ({"seeds": 3}, "seeds must be a list, got 3"),
     ({"overrides": ["seed=3"]}, "set the seeds in its seeds: list, not as seed="),
 ])
 def test_preset_seeds_are_checked(tmp_path, fields, message):
     preset = write_preset(tmp_path / "bad.yaml", **fields)
     with pytest.raises(UsageError, match=message):
-        reproduce(str(preset), tmp_path / "out", Path(CONFIG_DIR), compose)
+        reproduce(str(preset), tmp_path / "out")
 
 
 def test_a_preset_without_seeds_runs_seed_0(tmp_path):
@@ -409,7 +402,7 @@ SHIPPED = sorted(p.stem for p in (Path(CONFIG_DIR) / "reproduce").glob("*.yaml")
 def test_every_shipped_preset_composes_every_run(name, tmp_path):
     """Each run of each shipped preset composes and passes the config check, at every seed,
     and no two share a run directory."""
-    preset = load_preset(name, Path(CONFIG_DIR))
+    preset = load_preset(name)[0]
     paths = set()
     for seed in preset_seeds(preset, name):
         for run in preset_runs(preset):
@@ -425,7 +418,7 @@ def test_the_encodings_presets_train_every_encoding_and_share_their_base_presets
     from posexp.encodings import ENCODINGS as REGISTERED
 
     for name, base in (("encodings", "cpu"), ("encodings-gpu", "gpu")):
-        preset, other = (load_preset(n, Path(CONFIG_DIR)) for n in (name, base))
+        preset, other = (load_preset(n)[0] for n in (name, base))
         runs = preset_runs(preset)
         # each encoding once as is or with its own hparams only (T5's max_distance)
         plain = [r[0] for r in runs if all(o.startswith("encoding.hparams.") for o in r[1:])]
@@ -443,13 +436,13 @@ def test_the_encodings_presets_train_every_encoding_and_share_their_base_presets
 
 
 @pytest.mark.parametrize("value", ["no", 1, None])
-def test_every_encoding_is_true_or_false(value):
-    preset = OmegaConf.create({"runs": [["encoding=rope"]], "every_encoding": value})
+def test_every_encoding_is_true_or_false(value, tmp_path):
+    preset = write_preset(tmp_path / "p.yaml", runs=[["encoding=rope"]], every_encoding=value)
     if value is None:
-        assert preset_runs(preset) == [["encoding=rope"]]
+        assert preset_runs(load_preset(str(preset))[0]) == [["encoding=rope"]]
         return
     with pytest.raises(UsageError, match="every_encoding must be true or false"):
-        preset_runs(preset)
+        load_preset(str(preset))
 
 
 @pytest.mark.parametrize("report", ["../out", "a/b", ".", ".hidden"])
@@ -461,7 +454,7 @@ def test_a_preset_report_is_a_directory_beside_its_runs(report):
 # --- RoPE context extension (claims: rope-scaling) -----------------------------------------
 ROPE_PRESET = OmegaConf.create({"claims": "rope-scaling", "train_seq_len": 16, "thresholds": {
     "factor": 4, "pi_cost": 1.05, "finetune_gap": 0.05}})
-PARAMS = dataclasses.asdict(C.ScalingParams())
+PARAMS = dataclasses.asdict(schema.ScalingParams())
 
 
 def rope_runs(root: Path, tuned_pi: float = 5.1, tunes: bool = True) -> list:
@@ -470,7 +463,7 @@ def rope_runs(root: Path, tuned_pi: float = 5.1, tunes: bool = True) -> list:
     points = curve({16: 5.0, 64: 9.0})
     for method, ppl in (("ntk", {16: 5.1, 64: 6.0}), ("yarn", {16: 5.05, 64: 5.5}),
                         ("linear", {16: 6.5, 64: 5.8})):
-        record = C.scaling_record(method, 4, PARAMS)
+        record = scaling.record(method, 4, PARAMS)
         points += [{**p, "rope_scaling": record} for p in curve(ppl)]
     make_run(root, "rope", 16, 0, points)
     for method, ppl in (("linear", {16: 5.4, 64: tuned_pi}), ("yarn", {16: 5.3, 64: 4.9})):
@@ -555,4 +548,4 @@ def test_rope_scaling_suite_trains_scores_and_fine_tunes(posexp_here, tmp_path):
 def test_rope_preset_mistakes_are_usage_errors(tmp_path, fields, message):
     preset = write_preset(tmp_path / "bad.yaml", runs=[["encoding=alibi"]], **fields)
     with pytest.raises(UsageError, match=re.escape(message)):
-        reproduce(str(preset), tmp_path / "out", Path(CONFIG_DIR), compose)
+        reproduce(str(preset), tmp_path / "out")

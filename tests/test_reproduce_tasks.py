@@ -11,17 +11,11 @@ from omegaconf import OmegaConf
 
 from posexp import config as C
 from posexp import stats
-from posexp.cli import CONFIG_DIR, compose_overrides
+from posexp.claims import verdicts
+from posexp.claims.base import FAILS, HOLDS, INCONCLUSIVE, UNMEASURED
+from posexp.claims.preset import load_preset, report_dir
+from posexp.config import CONFIG_DIR, compose_overrides
 from posexp.data.tasks import binomial_interval
-from posexp.reproduce import (
-    FAILS,
-    HOLDS,
-    INCONCLUSIVE,
-    UNMEASURED,
-    load_preset,
-    report_dir,
-    verdicts,
-)
 from posexp.runs import load_runs
 from tests.conftest import assert_usage_error, read_json
 
@@ -37,7 +31,7 @@ COUNT = 100
 
 @functools.lru_cache
 def config_text(overrides: tuple[str, ...]) -> str:
-    cfg = compose_overrides(list(overrides), {})
+    cfg = compose_overrides(list(overrides))
     C.check(cfg)
     return OmegaConf.to_yaml(C.resolve(cfg), resolve=True)
 
@@ -187,7 +181,7 @@ def test_claims_compare_only_the_same_instances(tmp_path):
 
 def test_the_tasks_presets_hold_the_claims_of_the_issue():
     for name in ("tasks", "tasks-gpu"):
-        preset = load_preset(name, Path(CONFIG_DIR))
+        preset = load_preset(name)[0]
         assert preset.claims == "tasks" and len(preset.seeds) == 3
         assert set(preset.thresholds.tasks) == {"copy", "reverse", "addition"}
         assert set(preset.thresholds.absolute) == {"learned", "sinusoidal"}
@@ -212,7 +206,7 @@ def test_a_bad_tasks_preset_is_one_line_before_any_run(posexp_here, tmp_path):
 
 @pytest.mark.slow
 def test_the_tasks_preset_end_to_end(posexp_here, tmp_path):
-    preset = load_preset("tasks", Path(CONFIG_DIR))
+    preset = load_preset("tasks")[0]
     # the preset's own file, shrunk: its run names stay interpolations for each run
     tiny = yaml.safe_load((Path(CONFIG_DIR) / "reproduce" / "tasks.yaml").read_text())
     tiny["seeds"], tiny["train_seq_len"] = [0], 16

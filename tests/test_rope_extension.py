@@ -10,48 +10,57 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from posexp import cli
 from posexp import config as C
+from posexp import scaling
+from posexp.config import derive, schema
 from posexp.encodings import ENCODINGS
 from posexp.errors import UsageError
-from posexp.experiment import digest
 from posexp.listing import compare_lines, summary_points
-from posexp.report import METHOD_COLOURS, build_series, markdown, tidy_rows
-from posexp.runs import Run, load_run, load_runs, point_key, point_scaling, scaling_key
-from tests.conftest import TINY, assert_usage_error, copy_run, read_json
+from posexp.report.series import METHOD_COLOURS, build_series
+from posexp.run.finetune import digest
+from posexp.runs import Run, load_run, load_runs, point_key, point_scaling
+from posexp.scaling import key as scaling_key
+from tests.conftest import (
+    TINY,
+    assert_usage_error,
+    compose_args,
+    copy_run,
+    plan_sweep,
+    read_json,
+)
+from tests.reports import markdown, tidy_rows
 from tests.runs_on_disk import curve_point, losses, write_run
 from tests.test_reliability import start, wait_for_step
 
 C.register()
-PARAMS = dataclasses.asdict(C.ScalingParams())
+PARAMS = dataclasses.asdict(schema.ScalingParams())
 LENGTHS = (16, 32, 64)  # TINY's evaluation lengths; it trains at 16
 NO = "nonoverlapping"
 TIMES = "\u00d7"
 
 
 def scaled(method: str, factor: float):
-    return scaling_key(C.scaling_record(method, factor, PARAMS))
+    return scaling_key(scaling.record(method, factor, PARAMS))
 
 
 # --- settings -----------------------------------------------------------------------------
 def test_shorthands_and_comma_lists_ask_for_every_method_at_every_factor(tmp_path):
-    cfg = cli.compose([*TINY, "eval.rope_scaling=linear,yarn", "eval.rope_scaling.factor=2,8"])
+    cfg = compose_args([*TINY, "eval.rope_scaling=linear,yarn", "eval.rope_scaling.factor=2,8"])
     assert list(cfg.eval.rope_scaling.method) == ["linear", "yarn"]
-    assert C.eval_scalings(cfg) == [
+    assert derive.eval_scalings(cfg) == [
         {"method": "linear", "factor": 2.0}, {"method": "linear", "factor": 8.0},
         {"method": "yarn", "factor": 2.0, "beta_fast": 32.0, "beta_slow": 1.0},
         {"method": "yarn", "factor": 8.0, "beta_fast": 32.0, "beta_slow": 1.0}]
-    other = cli.compose([*TINY, "eval.rope_scaling=plain,llama3", "eval.rope_scaling.factor=4",
+    other = compose_args([*TINY, "eval.rope_scaling=plain,llama3", "eval.rope_scaling.factor=4",
                          "eval.rope_scaling.high_freq_factor=8"])
-    assert C.eval_scalings(other) == [None, {"method": "llama3", "factor": 4.0,
+    assert derive.eval_scalings(other) == [None, {"method": "llama3", "factor": 4.0,
                                              "low_freq_factor": 1.0, "high_freq_factor": 8.0}]
-    assert C.eval_scalings(cli.compose(TINY)) == [None]
+    assert derive.eval_scalings(compose_args(TINY)) == [None]
     # evaluation settings: the same run
-    assert C.identity(cfg) == C.identity(other) == C.identity(cli.compose(TINY))
+    assert C.identity(cfg) == C.identity(other) == C.identity(compose_args(TINY))
     # a sweep does not make runs of a list of variants
-    jobs, _ = cli.plan_sweep(cli.parse_args(
-        [*TINY, "encoding=rope", "eval.rope_scaling=ntk,yarn", "seed=0,1",
-         f"results_dir={tmp_path}", "--cfg", "job"], "sweep"))
+    jobs, _ = plan_sweep([*TINY, "encoding=rope", "eval.rope_scaling=ntk,yarn", "seed=0,1",
+         f"results_dir={tmp_path}", "--cfg", "job"])
     assert [(j.cfg.seed, list(j.cfg.eval.rope_scaling.method)) for j in jobs] == [
         (0, ["ntk", "yarn"]), (1, ["ntk", "yarn"])]
 
@@ -77,7 +86,7 @@ def test_shorthands_and_comma_lists_ask_for_every_method_at_every_factor(tmp_pat
 ])
 def test_bad_scaling_settings_are_one_line_usage_errors(overrides, message):
     with pytest.raises(UsageError) as e:
-        cli.compose([*TINY, *overrides])
+        compose_args([*TINY, *overrides])
     assert message in str(e.value) and "\n" not in str(e.value)
 
 
@@ -149,7 +158,7 @@ def test_eval_json_without_scalings_reads_as_the_run_as_trained(trained, posexp_
 
 
 def test_each_scaling_is_its_own_series_in_report_and_compare(tmp_path):
-    yarn = C.scaling_record("yarn", 4, PARAMS)
+    yarn = scaling.record("yarn", 4, PARAMS)
     curve = [curve_point(NO, L, losses(2.0, seed=L)) for L in LENGTHS]
     curve += [{**curve_point(NO, L, losses(1.8, seed=L)), "rope_scaling": yarn}
               for L in LENGTHS]

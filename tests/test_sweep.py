@@ -6,9 +6,11 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from posexp.config import CONFIG_DIR
 from tests.conftest import TINY, read_json
 
 # encodings by glob: posexp plans the jobs, and Hydra's launchers get the same two spelled out
@@ -257,4 +259,5 @@ def test_reproduce_finishes_every_run_and_fails_at_the_end(posexp_here, tmp_path
 
 def test_reproduce_unknown_preset(posexp_here):
     r = posexp_here("reproduce", "--preset", "tpu")
-    assert r.returncode == 2 and "available: cpu, encodings, encodings-gpu, gpu, " in r.stderr
+    presets = sorted(p.stem for p in (Path(CONFIG_DIR) / "reproduce").glob("*.yaml"))
+    assert r.returncode == 2 and f"available: {', '.join(presets)}" in r.stderr

@@ -10,8 +10,9 @@ import torch
 import torch.nn.functional as F
 from omegaconf import OmegaConf
 
-from posexp import cli, stats
 from posexp import config as C
+from posexp import stats
+from posexp.config import derive
 from posexp.data.tasks import (
     TASKS,
     VOCAB_SIZE,
@@ -27,10 +28,20 @@ from posexp.encodings import ENCODINGS
 from posexp.errors import UsageError
 from posexp.evaluate_tasks import row_scores, score_instances, summarize, task_curve
 from posexp.model import GPT, GPTConfig
-from posexp.runs import TASK_POINT_KINDS, Run, load_run
+from posexp.run.training import fit as fit_spec
+from posexp.run.training import weights_hash
+from posexp.run.workloads import IGNORE, TASK_STREAM, task_batch, workload_of
+from posexp.runs import Run, load_run
+from posexp.runs.records import TASK_POINT_KINDS
 from posexp.sinks import Sink
-from posexp.train import IGNORE, TASK_STREAM, build_model, fit, task_batch, weights_hash
-from tests.conftest import assert_usage_error, copy_run, in_process, read_json
+from tests.conftest import (
+    assert_usage_error,
+    compose_args,
+    copy_run,
+    in_process,
+    plan_sweep,
+    read_json,
+)
 
 SMALL = ["model.d_model=32", "model.n_layer=1", "model.n_head=2", "train.seq_len=32",
          "train.tokens=8192", "train.batch_tokens=256", "train.log_every=8",
@@ -53,7 +64,7 @@ RUNS = {
 
 def compose(args: list[str]):
     C.register()
-    return cli.compose(args)
+    return compose_args(args)
 
 
 def task_args(task: str, encoding: str | None = None, seed: int = 0) -> list[str]:
@@ -83,6 +94,18 @@ def task_runs(tmp_path_factory):
     get.cache = cache
     get.root = root
     return get
+
+
+def fit(model: GPT, data, cfg, run, sink, device, progress=False, resume=None) -> dict:
+    """The training loop on a composed config (its run spec and workload)."""
+    spec = C.RunSpec.of(cfg)
+    return fit_spec(model, workload_of(spec), data, spec, run, sink, device, progress, resume)
+
+
+def build_model(cfg, vocab_size):
+    from posexp.run.setup import build_model as build
+
+    return build(C.RunSpec.of(cfg), vocab_size)
 
 
 def tiny_gpt(encoding: str = "nope", max_positions: int = 32) -> GPT:
@@ -120,10 +143,9 @@ def test_the_training_loss_counts_answer_tokens_only():
 
 def test_resuming_a_task_run_gives_the_weights_of_an_uninterrupted_one(tmp_path):
     cfg = C.resolve(compose(["data=task", "task=copy", "encoding=rope", *SMALL,
-                                 "train.tokens=4096", f"results_dir={tmp_path}"]))
-    cfg.train.checkpoint_every = 4 * 256  # every 4 steps
-    cfg.train.log_every = 4
-    data = TaskData(TASKS["copy"], C.task_max_length(cfg))
+                             "train.tokens=4096", f"results_dir={tmp_path}",
+                             "train.checkpoint_every=1024", "train.log_every=4"]))  # 4 steps
+    data = TaskData(TASKS["copy"], derive.task_max_length(cfg))
     cpu = torch.device("cpu")
     torch.manual_seed(0)
     whole = build_model(cfg, VOCAB_SIZE)
@@ -162,7 +184,7 @@ def test_every_encoding_trains_on_a_task(encoding, random_positions):
             compose(args)
         return
     cfg = C.resolve(compose(args))
-    data = TaskData(TASKS["reverse"], C.task_max_length(cfg))
+    data = TaskData(TASKS["reverse"], derive.task_max_length(cfg))
     torch.manual_seed(0)
     model = build_model(cfg, VOCAB_SIZE)
     before = weights_hash(model)
@@ -239,7 +261,7 @@ def test_a_task_run_end_to_end(task_runs, task):
     r, path = task_runs(task)
     assert r.returncode == 0, r.stderr
     _, _, lengths, na = RUNS[task]
-    n_max = C.task_max_length(C.resolve(compose(task_args(task)[1:])))
+    n_max = derive.task_max_length(C.resolve(compose(task_args(task)[1:])))
     assert f"task {task} at lengths {TASKS[task].min_length}-{n_max}" in r.stderr
     info = read_json(path / "run.json")
     assert info["status"] == "completed"
@@ -303,7 +325,7 @@ def test_the_same_command_skips_and_eval_scores_only_missing_points(task_runs, t
 
     r = in_process(["eval", str(path), "eval.task_lengths=[2,15]"], tmp_path, {})
     assert r.returncode == 0, r.stderr
-    assert "scoring the 1 task point(s) that eval.json lacks (length 2)" in r.stderr
+    assert "scoring the 1 missing task point(s) at length 2 from its checkpoint" in r.stderr
     old = {p["length"]: p for p in json.loads(before)["tasks"]}
     new = {p["length"]: p for p in read_json(path / "eval.json")["tasks"]}
     assert sorted(new) == [2, 4, 15, 30]
@@ -358,7 +380,7 @@ def test_the_identity_holds_the_task_and_not_its_evaluation():
 
 def test_task_lengths_default_to_multiples_of_the_longest_trained():
     cfg = C.resolve(compose(["data=task", "task=copy", "train.seq_len=32"]))
-    assert C.task_max_length(cfg) == 15
+    assert derive.task_max_length(cfg) == 15
     assert list(cfg.eval.task_lengths) == [15, 30, 60, 120]
 
 
@@ -419,9 +441,8 @@ def test_the_task_group_is_listed_in_train_help(posexp_here):
 
 def test_a_sweep_over_tasks_names_each_run_by_its_task(tmp_path):
     C.register()
-    jobs, _ = cli.plan_sweep(cli.parse_args(
-        ["data=task", "task=copy,reverse", "encoding=nope,alibi", "device=cpu",
-         f"results_dir={tmp_path}", "--cfg", "job"], "sweep"))
+    jobs, _ = plan_sweep(["data=task", "task=copy,reverse", "encoding=nope,alibi", "device=cpu",
+         f"results_dir={tmp_path}", "--cfg", "job"])
     assert sorted(j.cfg.run_name for j in jobs) == [
         "alibi-L64-s0,task=copy", "alibi-L64-s0,task=reverse", "nope-L64-s0,task=copy",
         "nope-L64-s0,task=reverse"]

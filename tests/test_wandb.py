@@ -23,10 +23,9 @@ SINK = """
 import sys
 from pathlib import Path
 from posexp import config as C
-from posexp.cli import compose
 from posexp.sinks import WandbSink
 C.register()
-cfg = C.resolve(compose(["logger=wandb", *sys.argv[2:]]))
+cfg = C.resolve(C.compose(["logger=wandb", *sys.argv[2:]]))
 sink = WandbSink(cfg, Path(sys.argv[1]), None)
 for step in (10, 20):
     sink.log({"step": step, "loss": 5.0 - step / 10})

@@ -22,13 +22,19 @@ import numpy as np
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
-from posexp.config import DataSource, TokenizerKind, data_source
 from posexp.data.cache import build_once, cache_root, open_tokens, token_dtype, write_meta
-from posexp.data.source import SEPARATOR, SPLITS, Document, Source, in_validation
-from posexp.data.tokenizer import ByteTokenizer, JsonTokenizer, tokenizer_file, train_bpe
+from posexp.data.checks import data_source
+from posexp.data.source import SEPARATOR, SPLITS, DataSource, Document, Source, in_validation
+from posexp.data.tokenizer import (
+    ByteTokenizer,
+    JsonTokenizer,
+    TokenizerKind,
+    tokenizer_file,
+    train_bpe,
+)
 from posexp.errors import UsageError
 
-__all__ = ["SEPARATOR", "Corpus", "in_validation", "load_corpus"]
+__all__ = ["SEPARATOR", "Corpus", "DataSource", "TokenizerKind", "in_validation", "load_corpus"]
 
 # Text per encode_batch call: 16 blocks, encoded in parallel.  A tokenizers Encoding costs
 # about 70 bytes of memory per byte of text, so this bounds the peak near 150 MB.

@@ -14,9 +14,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from posexp.config import check_path
 from posexp.data.source import Document, Source, cut_blocks, file_source, read_range
 from posexp.errors import UsageError
+from posexp.values import check_path
 
 # enwik8: the first 10^8 bytes of a Wikipedia dump; 90M train, 5M validation, 5M test
 ENWIK8_SIZE = 100_000_000

@@ -13,11 +13,21 @@ import json
 import re
 import sys
 from collections.abc import Iterable
+from enum import Enum
 from pathlib import Path
 
 import numpy as np
 
 from posexp.errors import UsageError
+
+
+class TokenizerKind(str, Enum):
+    """data.tokenizer."""
+
+    byte = "byte"  # one token per byte, vocabulary 256
+    bpe = "bpe"  # byte-level BPE trained on the training split
+    file = "file"  # a tokenizer.json of the `tokenizers` library
+
 
 BYTE_FALLBACK = re.compile(r"<0x[0-9A-Fa-f]{2}>")
 

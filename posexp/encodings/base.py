@@ -35,6 +35,12 @@ class PositionalEncoding(nn.Module):
     # The kernels that can apply its score bias: "sdpa" (blocked, always), "flex" (it has a
     # score_mod), "flash" (ALiBi's slopes); empty when it has no score bias.
     bias_kernels: tuple[str, ...] = ()
+    # Whether RoPE context extension (posexp/scaling.py) applies to it: it has set_scaling.
+    rope_scalable: bool = False
+
+    def set_scaling(self, scaling: object, original_len: int | None = None) -> None:
+        """Score or train with RoPE's frequencies rescaled (rope_scalable encodings only)."""
+        raise NotImplementedError(f"{type(self).__name__} takes no RoPE scaling")
 
     def constrain(self) -> None:
         """Bring learned parameters back into their allowed range (KERPLE's clamp).  The model

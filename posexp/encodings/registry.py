@@ -51,7 +51,7 @@ class EncodingSpec:
     reads_positions: bool = True  # False for the control, which has no position signal
     extrapolates: bool = True  # scores windows longer than it was trained on (learned: no)
     # whether the output head shares the token embeddings where model.tie_weights is null:
-    # the setup the encoding trains best with (README, "Fair baselines")
+    # the setup the encoding trains best with (docs/encodings.md, "Fair baselines")
     tie_weights: bool = True
 
 

@@ -21,7 +21,8 @@ import torch
 
 from posexp.encodings.base import PositionalEncoding
 from posexp.encodings.registry import EncodingSpec, ModelShape, register, require
-from posexp.encodings.rope_scaling import RopeScaling, rope_frequencies
+from posexp.encodings.rope_scaling import rope_frequencies
+from posexp.scaling import RopeScaling
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -36,6 +37,8 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 
 
 class RotaryPositions(PositionalEncoding):
+    rope_scalable = True
+
     def __init__(
         self,
         d_head: int,

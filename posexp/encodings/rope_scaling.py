@@ -31,40 +31,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
-
-@dataclass(frozen=True)
-class RopeScaling:
-    """A RoPE context-extension method, its factor s and its parameters (the papers' defaults)."""
-
-    method: str  # linear | ntk | dynamic | yarn | llama3
-    factor: float
-    beta_fast: float = 32.0  # yarn: pairs turning more often than this over L are kept
-    beta_slow: float = 1.0  # yarn: pairs turning less often than this over L are interpolated
-    low_freq_factor: float = 1.0  # llama3: wavelengths above L / low_freq_factor are interpolated
-    high_freq_factor: float = 4.0  # llama3: wavelengths below L / high_freq_factor are kept
-
-    def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise ValueError(
-                f"unknown RoPE scaling {self.method!r}; available: {', '.join(METHODS)}"
-            )
-        if not self.factor >= 1.0:
-            raise ValueError(f"RoPE scaling factor must be at least 1, got {self.factor}")
-        if not self.beta_fast > self.beta_slow > 0:
-            raise ValueError("yarn needs beta_fast > beta_slow > 0, got "
-                             f"{self.beta_fast}, {self.beta_slow}")
-        if not self.high_freq_factor > self.low_freq_factor > 0:
-            raise ValueError("llama3 needs high_freq_factor > low_freq_factor > 0, got "
-                             f"{self.high_freq_factor}, {self.low_freq_factor}")
-
-    @property
-    def follows_window(self) -> bool:
-        """Whether the frequencies depend on the window length T (dynamic NTK)."""
-        return self.method == "dynamic"
+from posexp.scaling import RopeScaling
 
 
 def plain_inv_freq(d: int, base: float) -> torch.Tensor:
@@ -101,8 +71,8 @@ def _yarn(s: RopeScaling, d: int, base: float, L: int, T: int) -> tuple[torch.Te
     def pair_turning(rotations: float) -> float:  # the pair that turns `rotations` times over L
         return d * math.log(L / (rotations * 2 * math.pi)) / (2 * math.log(base))
 
-    low = max(math.floor(pair_turning(s.beta_fast)), 0)
-    high = min(math.ceil(pair_turning(s.beta_slow)), d - 1)
+    low = max(math.floor(pair_turning(s.params["beta_fast"])), 0)
+    high = min(math.ceil(pair_turning(s.params["beta_slow"])), d - 1)
     if high == low:
         high += 0.001  # as transformers: no division by zero
     interpolate = ((torch.arange(d // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
@@ -112,12 +82,14 @@ def _yarn(s: RopeScaling, d: int, base: float, L: int, T: int) -> tuple[torch.Te
 def _llama3(s: RopeScaling, d: int, base: float, L: int, T: int) -> tuple[torch.Tensor, float]:
     inv_freq = plain_inv_freq(d, base)
     rotations = L * inv_freq / (2 * math.pi)  # L / wavelength
-    keep = (rotations - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor)
+    low, high = s.params["low_freq_factor"], s.params["high_freq_factor"]
+    keep = (rotations - low) / (high - low)
     return _blend(inv_freq, s.factor, keep.clamp(0, 1)), 1.0
 
 
-# (scaling, d, base, L, T) -> (inv_freq float64 [d/2], factor on cos and sin)
-METHODS: dict[str, Callable[..., tuple[torch.Tensor, float]]] = {
+# Each method of the table (posexp/scaling.py), by its name: (scaling, d, base, L, T) ->
+# (inv_freq float64 [d/2], factor on cos and sin)
+FREQUENCIES: dict[str, Callable[..., tuple[torch.Tensor, float]]] = {
     "linear": _linear, "ntk": _ntk, "dynamic": _dynamic, "yarn": _yarn, "llama3": _llama3,
 }
 
@@ -143,4 +115,6 @@ def rope_frequencies(
         return plain_inv_freq(d, base), 1.0  # what the formulas reduce to, without rounding
     if scaling.follows_window and window_len is None:
         raise ValueError("dynamic RoPE scaling needs the window length")
-    return METHODS[scaling.method](scaling, d, base, original_len, window_len)
+    if scaling.method not in FREQUENCIES:
+        raise ValueError(f"RoPE scaling {scaling.method!r} has no formula in rope_scaling.py")
+    return FREQUENCIES[scaling.method](scaling, d, base, original_len, window_len)

@@ -11,7 +11,7 @@ draws them with std d_model^-1/2, so that they enter at unit scale (``unit_token
 recipes leave the tokens alone and shrink the table instead (``table_scale``), optionally as a
 trained scalar (``learn_scale``; x-transformers' ScaledSinusoidalEmbedding, Hua et al. 2022).
 Which one the default is, and that the head is untied (EncodingSpec.tie_weights), was
-measured, not guessed: README, "Fair baselines".
+measured, not guessed: docs/encodings.md, "Fair baselines".
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ class SinusoidalConfig:
 
 # Its head is untied by default: tied, the head reads the token embeddings that the input
 # multiplies by sqrt(d_model), and sinusoidal trails learned at the training length
-# (README, "Fair baselines").
+# (docs/encodings.md, "Fair baselines").
 register(EncodingSpec(
     name="sinusoidal", label="sinusoidal", order=2, colour="#009E73", module=SinusoidalPositions,
     config=SinusoidalConfig, tie_weights=False,

@@ -1,4 +1,4 @@
-"""A worked example of an encoding added from outside posexp (README: adding an encoding):
+"""A worked example of an encoding added from outside posexp (docs/encodings.md):
 ALiBi's slopes on a logarithmic distance, b_h(i - j) = -m_h * log(1 + (i - j)).  It is a
 toy, not a published encoding; it shows the whole interface in one file."""
 
@@ -32,5 +32,5 @@ class LogALiBiConfig:  # its hyperparameters (encoding.hparams.*), with their de
 
 register(EncodingSpec(
     name="log_alibi", label="log-ALiBi", order=100, colour="#44AA99", module=LogALiBi,
-    config=LogALiBiConfig, citation="posexp's README: a worked example, not a paper",
+    config=LogALiBiConfig, citation="posexp's docs: a worked example, not a paper",
 ))

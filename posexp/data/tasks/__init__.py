@@ -41,32 +41,21 @@ from posexp.data.tasks.metrics import (
     exact_match,
     token_accuracy,
 )
+from posexp.data.tasks.registry import TASKS, get_task, register_task
 from posexp.data.tasks.vocab import PAD, VOCAB, VOCAB_SIZE, decode, encode
 
 __all__ = [
     "PAD", "TASKS", "VOCAB", "VOCAB_SIZE", "AdditionTask", "CopyTask", "Instance", "ParityTask",
     "PasskeyTask", "RecallTask", "ReverseTask", "SortTask", "Task", "TaskData",
     "binomial_interval", "constant_baseline", "decode", "encode", "exact_match", "get_task",
-    "heldout", "instances_sha256", "max_length_within", "padded", "task_fingerprint",
-    "token_accuracy", "training_batch",
+    "heldout", "instances_sha256", "max_length_within", "padded", "register_task",
+    "task_fingerprint", "token_accuracy", "training_batch",
 ]
 
 # Raised whenever a task's instances change for the same seed: a run records its task's
 # fingerprint (task_fingerprint), and an older run's checkpoint is then not evaluated as
 # if trained on the task as it is now.
 TASKS_VERSION = "1"
-
-TASKS: dict[str, Task] = {task.name: task for task in (
-    CopyTask(), ReverseTask(), SortTask(), ParityTask(), AdditionTask(), RecallTask(),
-    PasskeyTask(),
-)}
-
-
-def get_task(name: str) -> Task:
-    if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}; the tasks are {', '.join(TASKS)}")
-    return TASKS[name]
-
 
 def _check(task: Task, length: int) -> None:
     if (reason := task.why_not(length)) is not None:

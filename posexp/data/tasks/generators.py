@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from posexp.data.tasks.registry import register_task
 from posexp.data.tasks.vocab import (
     DIGIT0,
     EOS,
@@ -68,9 +69,10 @@ class Task(ABC):
     ``sample`` raises ValueError with ``why_not``'s reason outside it, so a caller asks
     ``why_not`` first and reports n/a."""
 
-    name: str
+    name: str  # task=<name>, configs/task/<name>.yaml
     description: str
     task_id: int  # part of every held-out seed: fixed forever, never reused
+    length_unit: str  # what its length counts, as figures and tables say it
     min_length: int = 1
     takes_depth: bool = False
 
@@ -120,7 +122,7 @@ class CopyTask(_SymbolTask):
     """Length n: n letters drawn uniformly, with repeats; the answer repeats them.
     n=3: ``c a b | c a b .``"""
 
-    name, task_id = "copy", 1
+    name, task_id, length_unit = "copy", 1, "letters"
     description = "repeat the n letters of the prompt"
 
     @staticmethod
@@ -131,7 +133,7 @@ class CopyTask(_SymbolTask):
 class ReverseTask(_SymbolTask):
     """Length n: n letters; the answer is them in reverse order.  n=3: ``c a b | b a c .``"""
 
-    name, task_id = "reverse", 2
+    name, task_id, length_unit = "reverse", 2, "letters"
     description = "write the n letters of the prompt backwards"
 
     @staticmethod
@@ -143,7 +145,7 @@ class SortTask(_SymbolTask):
     """Length n: n letters; the answer is them in alphabetical order, repeats kept.
     n=4: ``c a b a | a a b c .``"""
 
-    name, task_id = "sort", 3
+    name, task_id, length_unit = "sort", 3, "letters"
     description = "write the n letters of the prompt in alphabetical order"
 
     @staticmethod
@@ -155,7 +157,7 @@ class ParityTask(Task):
     """Length n: n bits (the digits 0 and 1); the answer is one bit, their sum mod 2.
     n=4: ``1 0 1 1 | 1 .``"""
 
-    name, task_id = "parity", 4
+    name, task_id, length_unit = "parity", 4, "bits"
     description = "say whether the n bits hold an odd number of ones"
 
     def tokens_for(self, length: int) -> int:
@@ -179,7 +181,7 @@ class AdditionTask(Task):
     on, so an evaluation grid that runs past it records why instead of growing silently.
     n=2: ``5 7 + 6 8 | 1 2 5 .``; n=3: ``0 1 2 + 3 4 5 | 0 3 5 7 .``"""
 
-    name, task_id = "addition", 5
+    name, task_id, length_unit = "addition", 5, "digits per operand"
     description = "add two n-digit numbers"
 
     def __init__(self, max_digits: int = 20) -> None:
@@ -214,7 +216,7 @@ class RecallTask(Task):
     past any such cap.  The query is the key of a uniformly drawn pair.
     n=3: ``c 9 k 8 c 3 ? c | 3 .``"""
 
-    name, task_id = "recall", 6
+    name, task_id, length_unit = "recall", 6, "key-value pairs"
     description = "give the digit last paired with the queried letter"
 
     def tokens_for(self, length: int) -> int:
@@ -245,7 +247,7 @@ class PasskeyTask(Task):
     ``sample`` draws d uniformly from [0, 1) when none is given.
     n=12, d=0.5: ``the grass is key 7 1 4 3 2 green the sky ? | 7 1 4 3 2 .``"""
 
-    name, task_id = "passkey", 7
+    name, task_id, length_unit = "passkey", 7, "tokens of context"
     description = "find the 5-digit key hidden in filler and repeat it"
     min_length = 1 + KEY_DIGITS
     takes_depth = True
@@ -276,3 +278,8 @@ class PasskeyTask(Task):
     def _draw(self, rng: np.random.Generator, length: int, depth: float | None) -> Instance:
         depth = rng.uniform() if depth is None else depth
         return self.make(rng.integers(0, 10, KEY_DIGITS).tolist(), length, depth)
+
+
+for _task in (CopyTask(), ReverseTask(), SortTask(), ParityTask(), AdditionTask(), RecallTask(),
+              PasskeyTask()):
+    register_task(_task)

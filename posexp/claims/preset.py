@@ -1,0 +1,172 @@
+"""Presets: a YAML file (configs/reproduce/<name>.yaml, or any file of the same shape) that
+lists a claim suite's runs, seeds, common overrides and thresholds.  It is checked against
+the preset schema (``Preset``) and its claim set's thresholds (registry.ClaimSet) before
+anything trains: one line naming the file and the key otherwise."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+
+from posexp.claims.registry import CLAIM_SETS, ClaimSet
+from posexp.config import CONFIG_DIR
+from posexp.errors import UsageError, flat
+
+DEFAULT_SET = "press"
+
+
+@dataclass
+class Preset:
+    """The keys every preset has (a default makes one optional); its thresholds are its
+    claim set's (ClaimSet.thresholds)."""
+
+    experiment: str  # where its runs and report go, under --results-dir
+    train_seq_len: int  # L of its claims
+    overrides: list  # common to every run
+    runs: list  # each a list of overrides
+    thresholds: dict  # the claim set's
+    claims: str = DEFAULT_SET  # its claim set (posexp/claims/registry.py)
+    description: str | None = None  # what its runs are, for verdicts.md
+    report: str | None = None  # its report directory beside its runs (default report)
+    every_encoding: bool | None = None  # also one run per registered encoding it lists not
+    seeds: list | None = None  # every run at every seed (default [0])
+    sliding: bool | None = None  # score sliding windows too (default true)
+    finetunes: list | None = None  # each {parent: [overrides], overrides: [overrides]}
+
+
+def preset_path(name: str) -> Path:
+    return Path(name) if name.endswith((".yaml", ".yml")) else (
+        Path(CONFIG_DIR) / "reproduce" / f"{name}.yaml")
+
+
+def load_preset(name: str) -> tuple[DictConfig, ClaimSet]:
+    """A preset by name from configs/reproduce/, or a YAML file of the same shape, checked;
+    and its claim set."""
+    path = preset_path(name)
+    if not path.is_file():
+        found = sorted(p.stem for p in (Path(CONFIG_DIR) / "reproduce").glob("*.yaml"))
+        raise UsageError(f"there is no reproduce preset {name!r}; available: {', '.join(found)}")
+    try:
+        tree = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"preset {path}: cannot read it ({e})") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark else ""
+        raise UsageError(f"preset {path} is not valid YAML{at}: "
+                         f"{getattr(e, 'problem', None) or flat(str(e))}") from None
+    if not isinstance(tree, dict):
+        raise UsageError(f"preset {path}: the file must be a mapping")
+    name = tree.get("claims") or DEFAULT_SET
+    if name not in CLAIM_SETS:
+        raise UsageError(f"preset {path}: claims must be one of {', '.join(CLAIM_SETS)}, "
+                         f"got {name!r}")
+    claim_set = CLAIM_SETS[name]
+    _check(path, tree, Preset, "", claim_set)
+    _check(path, tree["thresholds"], claim_set.thresholds, "thresholds.", claim_set)
+    _check_lists(path, tree)
+    return OmegaConf.create(tree), claim_set
+
+
+KINDS = {int: "a number", float: "a number", list: "a list", str: "a string",
+         bool: "true or false", dict: "a mapping"}
+
+
+def _kind(field_type: object) -> type:
+    args = [a for a in typing.get_args(field_type) if a is not type(None)]
+    return (args[0] if args else field_type) if typing.get_origin(field_type) else field_type
+
+
+def _fits(value: object, kind: type) -> bool:
+    if kind in (int, float):
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def _check(path: Path, tree: dict, schema: type, where: str, claim_set: ClaimSet) -> None:
+    """Every key of ``schema`` that has no default is in ``tree``, every value of its kind,
+    and ``tree`` holds no key the schema lacks."""
+    if not isinstance(tree, dict):
+        raise UsageError(f"preset {path}: {where.rstrip('.') or 'the file'} must be a mapping")
+    hints = typing.get_type_hints(schema)
+    fields = {f.name: f for f in dataclasses.fields(schema)}
+    for key in tree:
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), fields, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"its keys: {', '.join(fields)}"
+            raise UsageError(f"preset {path}: a {claim_set.name} preset has no key "
+                             f"{where}{key}; {hint}")
+    for name, f in fields.items():
+        value = tree.get(name)
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if value is None:
+            if required:
+                raise UsageError(f"preset {path} has no {where}{name} (a {claim_set.name} "
+                                 "preset needs it)")
+            continue
+        kind = _kind(hints[name])
+        if not _fits(value, kind):
+            raise UsageError(f"preset {path}: {where}{name} must be {KINDS[kind]}, got "
+                             f"{value!r:.60}")
+
+
+def _check_lists(path: Path, tree: dict) -> None:
+    """Runs and fine-tunes are lists of overrides (strings)."""
+    for i, run in enumerate(tree["runs"], 1):
+        if not isinstance(run, list) or not all(isinstance(o, str) for o in run):
+            raise UsageError(f"preset {path}: run {i} must be a list of overrides, got {run!r}")
+    if not all(isinstance(o, str) for o in tree["overrides"]):
+        raise UsageError(f"preset {path}: overrides must be a list of key=value strings")
+    for i, entry in enumerate(tree.get("finetunes") or [], 1):
+        if not (isinstance(entry, dict) and all(
+                isinstance(entry.get(k), list) and all(isinstance(o, str) for o in entry[k])
+                for k in ("parent", "overrides"))):
+            raise UsageError(f"preset {path}: fine-tune {i} must be a mapping of parent and "
+                             f"overrides, each a list of overrides, got {entry!r}")
+
+
+def preset_runs(preset: DictConfig) -> list[list[str]]:
+    """The preset's runs: those it lists, and with ``every_encoding: true`` one more for each
+    registered encoding it does not train as is or with only its own hparams set (the
+    registry decides; the preset names none of them)."""
+    from posexp.encodings import in_order  # the registry imports torch
+
+    runs = [list(run) for run in preset.runs]
+    if preset.get("every_encoding"):
+        listed = {run[0] for run in runs
+                  if all(o.startswith("encoding.hparams.") for o in run[1:])}
+        runs += [[f"encoding={name}"] for name in in_order()
+                 if f"encoding={name}" not in listed]
+    return runs
+
+
+def report_dir(preset: DictConfig, name: str) -> str:
+    """The name of the preset's report directory beside its runs (``report:``, default
+    report): several presets may share runs and each keep its report."""
+    report = str(preset.get("report") or "report")
+    if "/" in report or "\\" in report or report in (".", "..") or report.startswith("."):
+        raise UsageError(f"preset {name}: report must be a directory name beside its runs, "
+                         f"got {report!r}")
+    return report
+
+
+def preset_seeds(preset: DictConfig, name: str) -> list[int]:
+    seeds = preset.get("seeds")
+    seeds = [0] if seeds is None else (
+        OmegaConf.to_container(seeds) if OmegaConf.is_config(seeds) else seeds)
+    if not (isinstance(seeds, list) and seeds and all(
+            isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)
+            and len(set(seeds)) == len(seeds)):
+        raise UsageError(f"preset {name}: seeds must be a list of distinct non-negative "
+                         f"integers, got {seeds!r}")
+    if any(str(o).startswith("seed=") for o in (*preset.overrides,
+                                                 *(o for run in preset_runs(preset)
+                                                   for o in run))):
+        raise UsageError(f"preset {name}: set the seeds in its seeds: list, not as seed=")
+    return seeds

@@ -1,0 +1,44 @@
+"""The registry of claim sets.  A preset (configs/reproduce/*.yaml) names its set in
+``claims:``; the set says which thresholds its presets hold (a dataclass: the preset is
+checked against it), the sections of verdicts.md with their claims, how its claims are
+judged, and what the verdicts note beside them.  Adding a claim set is a module that
+registers one; adding a claim is a function in its set's module and its thresholds."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from omegaconf import DictConfig
+
+from posexp.claims.base import Claim, Curves, Verdict, judge
+from posexp.runs import RunResult
+
+Sections = list[tuple[str, list[Claim]]]
+
+
+def judge_curves(sections: Sections, runs: list[RunResult], preset: DictConfig,
+                 n_tokens: int) -> list[Verdict]:
+    """Every claim judged on the runs' perplexity curves, on the region of ``n_tokens``."""
+    curves = Curves(runs, n_tokens)
+    return [judge(c, curves) for _, section in sections for c in section]
+
+
+@dataclass(frozen=True)
+class ClaimSet:
+    name: str  # a preset's claims:
+    thresholds: type  # dataclass: each threshold, its type; a default makes it optional
+    sections: Callable[[DictConfig], Sections]
+    judge: Callable[[Sections, list[RunResult], DictConfig, int], list[Verdict]] = judge_curves
+    # a property of what was measured, noted beside the verdicts (not a claim)
+    note: Callable[[list[RunResult], DictConfig], str | None] | None = None
+
+
+CLAIM_SETS: dict[str, ClaimSet] = {}
+
+
+def register_claim_set(claim_set: ClaimSet) -> ClaimSet:
+    if claim_set.name in CLAIM_SETS:
+        raise ValueError(f"two claim sets are called {claim_set.name!r}")
+    CLAIM_SETS[claim_set.name] = claim_set
+    return claim_set

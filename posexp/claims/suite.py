@@ -1,0 +1,218 @@
+"""``posexp reproduce``: a claim suite end to end.  The preset's runs (every run at every
+seed, all composed and checked before any trains) are trained unless a completed run of the
+same identity exists, scored in both modes (unless the preset says ``sliding: false``), its
+fine-tunes trained; then the report, verdicts.md and verdicts.json are written under
+RESULTS_DIR/<experiment>/<report>.  A run that fails does not stop the others: every claim
+that needs it is "not measured"."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from posexp.claims.base import SLIDING, Verdict
+from posexp.claims.preset import (
+    DEFAULT_SET,
+    load_preset,
+    preset_runs,
+    preset_seeds,
+    report_dir,
+)
+from posexp.claims.registry import CLAIM_SETS, ClaimSet
+from posexp.config import RunSpec, check, compose
+from posexp.errors import PosexpError, UsageError, first_line
+from posexp.report import write_report
+from posexp.runs import MISSING, RunResult, atomic_write_json, atomic_write_text, load_run
+from posexp.runs import split_runs as split
+
+
+def plan(name: str, preset: DictConfig, results_dir: Path, seeds: list[int],
+         config_dir: str | None = None,
+         ) -> tuple[list[DictConfig], list[Path], list[tuple[Path, list[str]]]]:
+    """(every run's checked config at every seed, their directories, each fine-tune at each
+    seed as (parent directory, its overrides)), before anything trains."""
+    common = [*preset.overrides, f"experiment={preset.experiment}", f"results_dir={results_dir}"]
+    configs = [compose([*common, *run, f"seed={seed}"], config_dir) for seed in seeds
+               for run in preset_runs(preset)]
+    if not configs:
+        raise UsageError(f"preset {name} lists no runs")
+    paths = [Path(cfg.results_dir) / cfg.experiment / cfg.run_name for cfg in configs]
+    tunes = []
+    for entry in preset.get("finetunes") or []:
+        for seed in seeds:
+            cfg = compose([*common, *entry.parent, f"seed={seed}"], config_dir)
+            parent = Path(cfg.results_dir) / cfg.experiment / cfg.run_name
+            if parent not in paths:
+                raise UsageError(f"preset {name}: the parent of fine-tune "
+                                 f"{list(entry.overrides)} ({list(entry.parent)}) is not one "
+                                 "of its runs")
+            tunes.append((parent, list(entry.overrides)))
+    return configs, paths, tunes
+
+
+class Attempts:
+    """Runs tried one after another; a failure is recorded under its run's directory and
+    the others go on.  A signal stops the whole suite (the run is checkpointed)."""
+
+    def __init__(self) -> None:
+        self.failed: dict[Path, str] = {}
+
+    def __call__(self, path: Path, configure: Callable[[], list[DictConfig]], what: str) -> Path:
+        """Run the configs ``configure`` gives; a failure is recorded under their run's
+        directory (``path`` until they are known)."""
+        from posexp.run import run
+        from posexp.run.training import Interrupted
+
+        try:
+            for each in configure():
+                path = Path(each.results_dir) / each.experiment / each.run_name
+                check(each)
+                run(RunSpec.of(each))
+        except Interrupted:
+            raise
+        except Exception as e:  # one failed run must not stop the others
+            self.failed[path] = first_line(e)
+            print(f"posexp reproduce: {what}: failed: {self.failed[path]}", file=sys.stderr)
+        return path
+
+
+def train_all(preset: DictConfig, configs: list[DictConfig], paths: list[Path],
+              tunes: list[tuple[Path, list[str]]]) -> tuple[list[Path], dict[Path, str]]:
+    """Train (or find completed) every run, then every fine-tune; (every run's directory,
+    the failures by directory)."""
+    from posexp.run import finetune_config
+
+    attempt, paths, total = Attempts(), list(paths), len(configs) + len(tunes)
+    for i, (cfg, path) in enumerate(zip(configs, paths, strict=True), 1):
+        print(f"posexp reproduce: run {i}/{total}: {cfg.run_name}", file=sys.stderr)
+        # trains (or finds the run completed), then scores only the sliding points
+        modes = [cfg]
+        if preset.get("sliding", True):
+            modes.append(OmegaConf.merge(cfg, {"eval": {"mode": SLIDING, "stride": None}}))
+        attempt(path, lambda modes=modes: modes, f"{cfg.experiment}/{cfg.run_name}")
+    for i, (parent, overrides) in enumerate(tunes, len(configs) + 1):
+        print(f"posexp reproduce: run {i}/{total}: fine-tune of {parent.name} "
+              f"{' '.join(overrides)}", file=sys.stderr)
+        placeholder = parent.with_name(f"{parent.name}-ft-{i}")
+        if parent in attempt.failed:
+            attempt.failed[placeholder] = f"its parent {parent.name} failed"
+            paths.append(placeholder)
+            continue
+        paths.append(attempt(placeholder, lambda p=parent, o=overrides: [finetune_config(p, o)],
+                             f"fine-tune of {parent}"))
+    return paths, attempt.failed
+
+
+def reproduce(name: str, results_dir: Path, config_dir: str | None = None) -> list[Verdict]:
+    """Train what is missing, score every run, fine-tune what the preset lists, write the
+    report and verdicts; ``config_dir`` adds config files as --config-dir does.  After the
+    report, a PosexpError says how many runs failed."""
+    preset, claim_set = load_preset(name)
+    sections = claim_set.sections(preset)
+    seeds = preset_seeds(preset, name)
+    report = report_dir(preset, name)
+    configs, paths, tunes = plan(name, preset, results_dir, seeds, config_dir)
+    n_tokens = {int(cfg.eval.tokens) for cfg in configs}
+    if len(n_tokens) > 1:
+        raise UsageError(f"the runs of preset {name} score different eval.tokens "
+                         f"({', '.join(map(str, sorted(n_tokens)))}); its claims compare them "
+                         "on the same tokens")
+    paths, failed = train_all(preset, configs, paths, tunes)
+    results = []
+    for path in paths:
+        r = load_run(path)
+        if r.status == MISSING and path in failed:  # it failed before its directory held a run
+            r = RunResult(path, {"status": "not started", "reason": failed[path]})
+        results.append(r)
+    runs, not_done = split(results)
+    out = results_dir / preset.experiment / report
+    write_report(runs, not_done, out, f"posexp reproduce --preset {name}")
+    # a run that failed after it completed (scoring its sliding points) is in the report, but
+    # its claims are not measured
+    rows = verdicts([r for r in runs if r.path not in failed], preset, n_tokens.pop())
+    write_verdicts(out, name, preset, claim_set, sections, rows, runs, failed, seeds)
+    print(f"\n{terminal_verdicts(rows)}\n\nreport: {out}")
+    if failed:
+        raise PosexpError(f"{len(failed)} of {len(configs) + len(tunes)} runs failed; their "
+                          "claims are not measured")
+    return rows
+
+
+def verdicts(runs: list[RunResult], preset: DictConfig, n_tokens: int) -> list[Verdict]:
+    """Every claim of the preset's claim set judged on ``runs`` (its completed runs), on the
+    scored region of ``n_tokens`` tokens (its eval.tokens)."""
+    claim_set = CLAIM_SETS[preset.get("claims") or DEFAULT_SET]
+    return claim_set.judge(claim_set.sections(preset), runs, preset, n_tokens)
+
+
+def write_verdicts(out: Path, name: str, preset: DictConfig, claim_set: ClaimSet,
+                   sections: list, rows: list[Verdict], runs: list[RunResult],
+                   failed: dict[Path, str], seeds: list[int]) -> None:
+    """verdicts.md and verdicts.json beside the report."""
+    devices = ", ".join(sorted({str(r.info.get("device", "?")) for r in runs})) or "?"
+    by_section, start = [], 0
+    for title, section in sections:
+        by_section.append((title, rows[start:start + len(section)]))
+        start += len(section)
+    note = claim_set.note(runs, preset) if claim_set.note else None
+    atomic_write_text(out / "verdicts.md", verdicts_markdown(
+        name, preset, by_section, note, failed, devices, versions_table(runs)))
+    atomic_write_json(out / "verdicts.json", {
+        "preset": name, "seeds": seeds, "verdicts": [asdict(v) for v in rows],
+        "failed": {str(path): message for path, message in failed.items()},
+        "thresholds": OmegaConf.to_container(preset.thresholds)})
+
+
+def verdict_table(rows: list[Verdict]) -> str:
+    lines = ["| claim | source | threshold (why) | measured (95% interval) | verdict |",
+             "|---|---|---|---|---|"]
+    for v in rows:
+        verdict = v.verdict if v.verdict == "holds" else f"**{v.verdict}**"
+        lines.append(f"| {v.claim} | {v.source} | {v.threshold} | {v.measured} | {verdict} |")
+    return "\n".join(lines)
+
+
+def versions_table(runs: list[RunResult]) -> str:
+    """The software every run recorded, one row per package; a package whose version differs
+    between runs lists each version with its runs."""
+    seen: dict[str, dict[str, list[str]]] = {}
+    for r in runs:
+        versions = r.info.get("versions")
+        for package, version in (versions.items() if isinstance(versions, dict) else ()):
+            seen.setdefault(package, {}).setdefault(str(version), []).append(r.name)
+    lines = ["| package | version |", "|---|---|"]
+    for package, by_version in seen.items():
+        text = next(iter(by_version)) if len(by_version) == 1 else "; ".join(
+            f"{v} ({', '.join(names)})" for v, names in by_version.items())
+        lines.append(f"| {package} | {text} |")
+    return "\n".join(lines) if seen else "(no run recorded its versions)"
+
+
+def verdicts_markdown(name: str, preset: DictConfig, sections: list[tuple[str, list[Verdict]]],
+                      note: str | None, failed: dict[Path, str], device: str,
+                      versions: str) -> str:
+    """verdicts.md: a table of verdicts per section, ``note`` (a property, not a claim), the
+    runs that failed and the software."""
+    failures = "".join(f"* {path}: failed: {message}\n" for path, message in failed.items())
+    methods = sorted({v.interval for _, rows in sections for v in rows if v.interval})
+    tables = "".join(f"## {title}\n\n{verdict_table(rows)}\n\n" for title, rows in sections)
+    return (
+        f"# Claims about length extrapolation, preset {name}\n\n"
+        f"{preset.get('description', '')}\n\n"
+        "A claim **holds** when the whole 95% interval of its statistic lies on the claim's "
+        "side of the threshold, **does not hold** when it lies wholly on the other side, and is "
+        "**inconclusive** when it straddles the threshold. Intervals: "
+        f"{'; '.join(methods) or 'none'}.\n\n{tables}"
+        + (f"## A property, not a claim\n\n{note}\n\n" if note else "")
+        + (f"Runs that failed (their claims are not measured):\n\n{failures}\n" if failed
+           else "")
+        + f"## Software\n\nDevice: {device}\n\n{versions}\n")
+
+
+def terminal_verdicts(rows: list[Verdict]) -> str:
+    """One block per claim for a terminal: the claim, its verdict, and what was measured."""
+    return "\n".join(f"{v.claim}\n    {v.verdict.upper()}: {v.measured}" for v in rows)

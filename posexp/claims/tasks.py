@@ -1,0 +1,244 @@
+"""The claim set ``tasks`` (configs/reproduce/tasks.yaml, tasks-gpu.yaml): length
+generalization on algorithmic tasks -- NoPE against absolute positions (Kazemnejad et al.),
+randomized positions against plain ones (Ruoss et al.).  Every statistic is a difference of
+accuracies beyond the longest trained length (judge_accuracy): Student-t over seeds on the
+plain scale, or for one seed the points' own Wilson or bootstrap intervals combined."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from omegaconf import DictConfig
+
+from posexp import stats
+from posexp.claims.base import (
+    INCONCLUSIVE,
+    UNMEASURED,
+    Claim,
+    Verdict,
+    combined,
+    decide,
+    threshold_text,
+    variant_of,
+)
+from posexp.claims.registry import ClaimSet, Sections, register_claim_set
+from posexp.claims.sources import KAZEMNEJAD, RUOSS
+from posexp.errors import UsageError
+from posexp.runs import RunResult
+
+# An arm of a task claim: (task, encoding, variant) -- runs of one task and encoding, plain
+# (variant ()) or on random positions (VARIANT_KEYS' values, as variant_of gives them).
+Arm = tuple
+
+
+@dataclass
+class Thresholds:
+    tasks: list  # the tasks the claims are judged on
+    absolute: list  # the absolute encodings NoPE is compared with
+    randomized: list  # encodings trained with and without random positions
+    random_positions: int  # M of the randomized runs
+    metric: str  # exact | token_acc: the accuracy the claims compare
+    min_gain: float  # Ruoss et al.'s claim: randomized minus plain, at least
+
+
+@dataclass(frozen=True)
+class AccuracyTest:
+    """One comparison of a task claim: the mean accuracy beyond the longest trained length of
+    arm ``a`` minus that of arm ``b`` (op) ``threshold``, on the same held-out instances."""
+
+    label: str
+    a: Arm
+    b: Arm
+    op: str  # "<=" or ">="
+    threshold: float
+
+
+def arm_text(arm: Arm) -> str:
+    task, enc, variant = arm
+    return " ".join([f"{enc} on {task}", *(f"{k}={v}" for k, v in variant)])
+
+
+def task_claims(preset: DictConfig) -> tuple[list[Claim], list[Claim]]:
+    """(NoPE against the absolute encodings, randomized positions against plain ones) on the
+    preset's tasks, with its thresholds: the claim set ``tasks``.  Every statistic is a
+    difference of accuracies (thresholds.metric: exact or token_acc) averaged over the task
+    lengths scored beyond the longest one trained on."""
+    th = preset.thresholds
+    metric, M = str(th.metric), int(th.random_positions)
+    if metric not in ("exact", "token_acc"):  # checked before any run trains
+        raise UsageError(f"thresholds.metric must be exact or token_acc, got {metric!r}")
+    what = "exact match" if metric == "exact" else "token accuracy"
+    nope = [
+        Claim(1 + i, f"NoPE generalizes to longer {task} instances at least as well as "
+                     f"absolute positions ({', '.join(th.absolute)})",
+              f"{KAZEMNEJAD}, §4 and Fig. 3 (copy, reverse, addition among their tasks)",
+              f"0 is a tie: 'at least as well' holds when NoPE's {what} beyond the training "
+              "lengths is no lower than each absolute encoding's",
+              [(task, enc, ()) for enc in ("nope", *th.absolute)],
+              [AccuracyTest(f"nope - {enc} {what} beyond n_max", (task, "nope", ()),
+                            (task, enc, ()), ">=", 0.0) for enc in th.absolute])
+        for i, task in enumerate(th.tasks)]
+    random = [
+        Claim(1 + len(nope) + i, f"Training {enc} on random positions below {M} raises its "
+                                 f"accuracy on {task} beyond the training lengths",
+              f"{RUOSS}, §4 and Table 1",
+              f"a gain of at least {float(th.min_gain):g} in {what}: less is not the 'boost' "
+              "the paper reports; the runs share their batches, so the positions are the only "
+              "difference",
+              [(task, enc, ()), (task, enc, (("train.random_positions", M),))],
+              [AccuracyTest(f"{enc} randomized - plain {what} beyond n_max",
+                            (task, enc, (("train.random_positions", M),)), (task, enc, ()),
+                            ">=", float(th.min_gain))])
+        for i, (task, enc) in enumerate((t, e) for t in th.tasks for e in th.randomized)]
+    return nope, random
+
+
+def arm_points(runs: list[RunResult], arms: list[Arm],
+               train_len: int) -> dict[Arm, dict[int, RunResult]] | str:
+    """seed -> run of each arm trained at ``train_len``, or why there is none (no run; two
+    runs of one arm and seed)."""
+    found: dict[Arm, dict[int, RunResult]] = {}
+    for arm in arms:
+        by_seed: dict[int, RunResult] = {}
+        for r in runs:
+            if (r.task, r.encoding, variant_of(r)) != arm or r.train_len != train_len:
+                continue
+            if r.seed in by_seed:
+                return (f"two runs of {arm_text(arm)} at seed {r.seed}: {by_seed[r.seed].name} "
+                        f"and {r.name}")
+            by_seed[r.seed] = r
+        if not by_seed:
+            return f"no completed run of {arm_text(arm)} at train.seq_len={train_len}"
+        found[arm] = by_seed
+    return found
+
+
+def beyond_points(runs: list[RunResult]) -> dict[Path, list[dict]] | str:
+    """Each run's task points (as trained; by the run's path) at the lengths beyond the
+    longest it trained on, on the instances every run was scored on -- the largest instance
+    count they share -- or why there are none.  The runs must share the longest trained length."""
+    n_max = {(r.info.get("corpus") or {}).get("max_train_length") for r in runs}
+    if len(n_max) != 1 or None in n_max:
+        return "its runs trained on different lengths (max_train_length " \
+               f"{', '.join(sorted(map(str, n_max)))})"
+    n = n_max.pop()
+    groups = [{(p["count"], p["eval_seed"]) for p in r.tasks if p.get("rope_scaling") is None}
+              for r in runs]
+    common = set.intersection(*groups)
+    if not common:
+        return "its runs share no held-out instances (task.eval_count, task.eval_seed)"
+    count, seed = max(common, key=lambda g: (g[0], -g[1]))
+    lengths = set.intersection(*({p["length"] for p in r.tasks if p.get("rope_scaling") is None
+                                  and (p["count"], p["eval_seed"]) == (count, seed)
+                                  and p["length"] > n} for r in runs))
+    # a length no run could be scored at is one the task cannot represent (addition past
+    # its digit limit): left out; one that only some runs lack makes the claim unmeasured
+    lengths -= {p["length"] for p in runs[0].tasks if not p["applicable"] and all(
+        not q["applicable"] for r in runs for q in r.tasks if q["length"] == p["length"]
+        and (q["count"], q["eval_seed"]) == (count, seed))}
+    if not lengths:
+        return f"its runs share no task length beyond n_max = {n} that they could score"
+    out: dict[Path, list[dict]] = {}
+    hashes: dict[tuple, str] = {}
+    for r in runs:
+        chosen = [p for p in r.tasks if p.get("rope_scaling") is None and p["length"] in lengths
+                  and (p["count"], p["eval_seed"]) == (count, seed)]
+        for p in chosen:
+            if not p["applicable"]:
+                return f"{r.name} has no score at length {p['length']}: {p['reason']}"
+            key = (p["length"], p.get("depth"))
+            if hashes.setdefault(key, p["instances_sha256"]) != p["instances_sha256"]:
+                return f"{r.name} was scored on other instances at length {p['length']}"
+        out[r.path] = chosen
+    return out
+
+
+def judge_accuracy(claim: Claim, runs: list[RunResult], metric: str,
+                   train_len: int) -> Verdict:
+    """A task claim's verdict.  Per seed, each test's statistic is a difference of mean
+    accuracies beyond n_max; over two or more seeds its interval is Student-t on the plain
+    scale; for one seed it combines the points' own 95% intervals (Wilson for exact match,
+    the bootstrap over instances for token accuracy) by Newcombe's rule for a difference.
+    When no arm beats the chance level beyond n_max the claim is inconclusive: a difference
+    of two failures says nothing about generalization."""
+    what = "exact match" if metric == "exact" else "token accuracy"
+    chance_key = "chance_exact" if metric == "exact" else "chance_token"
+
+    def verdict(measured: str, outcome: str, method: str = "") -> Verdict:
+        return Verdict(f"{claim.number}. {claim.text}", claim.source, threshold_text(claim),
+                       measured, outcome, method)
+
+    found = arm_points(runs, claim.needs, train_len)
+    if isinstance(found, str):
+        return verdict(f"not measured: {found}", UNMEASURED)
+    seeds = sorted(set.intersection(*(set(by_seed) for by_seed in found.values())))
+    if not seeds:
+        return verdict("not measured: its runs share no seed", UNMEASURED)
+    points = beyond_points([found[arm][s] for arm in claim.needs for s in seeds])
+    if isinstance(points, str):
+        return verdict(f"not measured: {points}", UNMEASURED)
+
+    def mean(arm: Arm, seed: int, key: str = metric) -> float:
+        return float(np.mean([p[key] for p in points[found[arm][seed].path]]))
+
+    level = {arm: float(np.mean([mean(arm, s) for s in seeds])) for arm in claim.needs}
+    chance = {arm: float(np.mean([mean(arm, s, chance_key) for s in seeds]))
+              for arm in claim.needs}
+    lengths = sorted({p["length"] for ps in points.values() for p in ps})
+    where = f"lengths {', '.join(map(str, lengths))}"
+    means = ", ".join(f"{arm[1]}{' randomized' if arm[2] else ''} {level[arm]:.3f}"
+                      for arm in claim.needs)
+    if all(level[arm] <= chance[arm] for arm in claim.needs):
+        return verdict(f"no arm above chance beyond n_max ({where}: {means}; chance "
+                       f"{max(chance.values()):.3f})", INCONCLUSIVE, "")
+    intervals, method = _differences(claim, seeds, mean, lambda arm: points[
+        found[arm][seeds[0]].path], metric)
+    outcome = combined([decide(i, t.op, t.threshold)
+                        for i, t in zip(intervals, claim.tests, strict=True)])
+    measured = "; ".join(f"{t.label} = {i.value:+.3f} [{i.low:+.3f}, {i.high:+.3f}]"
+                         for t, i in zip(claim.tests, intervals, strict=True))
+    return verdict(f"{measured} ({where}, {what}: {means})", outcome, method)
+
+
+def _differences(claim: Claim, seeds: list[int], mean, one_seed_points,
+                 metric: str) -> tuple[list[stats.Interval], str]:
+    """Each test's difference of accuracies with its interval, and how it was taken."""
+    if len(seeds) > 1:
+        return ([stats.t_interval([mean(t.a, s) - mean(t.b, s) for s in seeds])
+                 for t in claim.tests],
+                f"Student-t over seeds {', '.join(map(str, seeds))} (plain scale)")
+    return ([newcombe(one_seed_points(t.a), one_seed_points(t.b), metric)
+             for t in claim.tests],
+            f"one seed ({seeds[0]}): Newcombe's difference of the points' 95% intervals "
+            "(Wilson for exact match, bootstrap over instances for token accuracy)")
+
+
+def newcombe(a: list[dict], b: list[dict], metric: str) -> stats.Interval:
+    """One seed: mean(a) - mean(b) over the lengths, with the 95% interval of
+    stats.difference_interval; each mean's distances to its limits are the points' own,
+    added in quadrature and divided by their number (each length's instances drawn apart)."""
+    def spread(points: list[dict]) -> tuple[float, float, float]:
+        value = float(np.mean([p[metric] for p in points]))
+        below = math.sqrt(sum((p[metric] - p[f"{metric}_low"]) ** 2 for p in points))
+        above = math.sqrt(sum((p[f"{metric}_high"] - p[metric]) ** 2 for p in points))
+        return value, value - below / len(points), value + above / len(points)
+
+    return stats.difference_interval(spread(a), spread(b))
+
+
+def sections(preset: DictConfig) -> Sections:
+    nope, random = task_claims(preset)
+    return [(f"NoPE against absolute positions on tasks ({KAZEMNEJAD.split(',')[0]})", nope),
+            (f"Randomized positions on tasks ({RUOSS.split(',')[0]})", random)]
+
+
+def judge_tasks(sections: Sections, runs: list[RunResult], preset: DictConfig,
+                n_tokens: int) -> list[Verdict]:
+    return [judge_accuracy(c, runs, str(preset.thresholds.metric), int(preset.train_seq_len))
+            for _, section in sections for c in section]
+
+
+register_claim_set(ClaimSet("tasks", Thresholds, sections, judge=judge_tasks))

@@ -1,0 +1,117 @@
+"""The posexp command: its Typer app, the main options, and ``main``, which every invocation
+goes through and which always ends in SystemExit.  The commands live in run_commands.py
+(train, eval, sweep, resume, finetune) and result_commands.py (report, ls, compare,
+reproduce); each is a thin layer over the config, run, report and claims packages."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from typing import NoReturn
+
+import typer
+from omegaconf import DictConfig
+
+import posexp
+from posexp.cli.errors import fail
+from posexp.cli.help import encodings_text
+from posexp.config import CONFIG_DIR, register
+from posexp.errors import PosexpError, UsageError, flat
+
+HELP = {"help_option_names": ["-h", "--help"], "max_content_width": 92}
+EXTRA = {**HELP, "allow_extra_args": True, "ignore_unknown_options": True}
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings=HELP,
+)
+
+
+def version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"posexp {posexp.__version__}")
+        raise typer.Exit()
+
+
+MAIN_HELP = """Which positional encoding keeps working past the length it was trained on?
+
+posexp trains small GPT-style decoders with each positional encoding ({encodings}) on
+short windows, scores the same held-out tokens with longer windows, and writes the
+extrapolation curve. Every command takes --help.
+
+\b
+Examples:
+  posexp train encoding=alibi               one run, about 2 minutes on a CPU
+  posexp sweep encoding=rope,alibi seed=0,1 four runs
+  posexp report results/default             plots and tables of every run there
+"""
+
+
+@app.callback(help=MAIN_HELP.format(encodings=encodings_text()))
+def main_options(
+    version: bool = typer.Option(False, "--version", callback=version_callback,
+                                 is_eager=True, help="Print posexp's version and exit."),
+) -> None:
+    """posexp's options, before the command."""
+
+
+def hydra_main(task: Callable[[DictConfig], object], args: list[str]) -> None:
+    """Run ``task`` under Hydra's own entry point with ``args`` as its command line; an error
+    anywhere ends in ``fail``, never in Hydra's report."""
+    import hydra
+
+    @hydra.main(config_path=CONFIG_DIR, config_name="config", version_base="1.3")
+    def entry(cfg: DictConfig) -> None:
+        try:
+            task(cfg)
+        except BaseException as e:
+            fail(e)
+
+    sys.argv = ["posexp", *args]
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises, and fail() prints one line
+    try:
+        entry()
+    except BaseException as e:
+        fail(e)
+
+
+def click_exceptions():
+    """The exceptions of the click that Typer runs on: its own copy since Typer 0.20."""
+    try:
+        from typer import _click
+
+        return _click.exceptions
+    except ImportError:
+        import click
+
+        return click.exceptions
+
+
+def main(args: list[str] | None = None) -> NoReturn:
+    """The posexp command (``args`` default to sys.argv[1:]); always ends in SystemExit.
+    The parser's own errors (an unknown option of report, a missing RUN_DIR, a misspelt
+    command) are one line too."""
+    click = click_exceptions()
+    register()
+    command = typer.main.get_command(app)
+    try:
+        code = command.main(args=args, prog_name="posexp", standalone_mode=False)
+    except SystemExit:
+        raise
+    except click.NoArgsIsHelpError as e:  # `posexp` alone: the help
+        typer.echo(e.format_message())
+        raise SystemExit(0) from None
+    except getattr(click, "Abort", ()):  # click's own; Typer's copy raises KeyboardInterrupt
+        fail(KeyboardInterrupt())
+    except click.UsageError as e:
+        path = e.ctx.command_path if e.ctx is not None else "posexp"
+        fail(UsageError(f"{flat(e.format_message()).rstrip('.')}; see {path} --help"))
+    except click.ClickException as e:
+        fail(PosexpError(flat(e.format_message())))
+    except BaseException as e:
+        fail(e)
+    raise SystemExit(code if isinstance(code, int) else 0)

@@ -1,0 +1,177 @@
+"""The commands that read runs back: report, ls, compare, and reproduce (which trains what
+a claim suite is missing, then judges it)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import typer
+
+from posexp.cli.app import app
+from posexp.cli.errors import fail
+from posexp.cli.help import Command
+from posexp.config import CONFIG_DIR
+from posexp.errors import UsageError
+
+
+def preset_names() -> str:
+    """The shipped claim presets (configs/reproduce/)."""
+    return ", ".join(sorted(p.stem for p in (Path(CONFIG_DIR) / "reproduce").glob("*.yaml")))
+
+
+@app.command(cls=Command)
+def report(
+    root: Path = typer.Argument(Path("results"), metavar="ROOT", show_default=False,
+                                help="Directory searched for runs (default: results)."),
+    out: Path | None = typer.Option(None, metavar="DIR",
+                                    help="Where to write (default: ROOT/report)."),
+    wandb: bool = typer.Option(False, "--wandb", help="Also log figures and tables to W&B "
+                               "(WANDB_MODE=offline: for a later wandb sync)."),
+    wandb_project: str | None = typer.Option(None, metavar="NAME", show_default=False,
+                                             help="W&B project for --wandb (default: "
+                                                  "WANDB_PROJECT, else W&B's default)."),
+) -> None:
+    """Plots and tables across every run under ROOT.
+
+    Writes extrapolation_<mode>.png/.svg (perplexity against evaluation length),
+    per_position.png/.svg, summary.csv and summary.md. Runs that failed, are unfinished or
+    damaged are listed, not plotted. With --wandb, W&B's files go beside the report
+    (ROOT/report/wandb, or under WANDB_DIR when that is set).
+
+    \b
+    Examples:
+      posexp report
+      posexp report results/my-sweep --out figures
+      posexp report results --wandb --wandb-project my-project
+    """
+    try:
+        from posexp.report import load_runs, write_report
+        from posexp.report.wandb import upload_to_wandb
+
+        if not root.is_dir():
+            raise UsageError(f"{root} is not a directory")
+        target = out or root / "report"
+        if target.exists() and not target.is_dir():
+            raise UsageError(f"--out {target} is a file; --out names a directory to write the "
+                             "report into")
+        runs, not_done = load_runs(root)
+        written = write_report(runs, not_done, target, f"posexp report: {root}")
+        typer.echo(f"posexp report: {len(runs)} completed runs, {len(not_done)} not included "
+                   f"-> {target}")
+        for f in written:
+            typer.echo(f"  {f}")
+        if wandb:
+            try:
+                went = upload_to_wandb(written, runs, target, wandb_project)
+                if went:
+                    typer.echo(went, err=True)
+            except Exception as e:
+                typer.echo(f"posexp: warning: W&B upload failed ({type(e).__name__}: "
+                           f"{str(e).strip()[:200]}); the local report is complete", err=True)
+    except BaseException as e:
+        fail(e)
+
+
+@app.command("ls", cls=Command)
+def ls(
+    root: Path = typer.Argument(Path("results"), metavar="DIR", show_default=False,
+                                help="Directory searched for runs (default: results)."),
+) -> None:
+    """One line per run under DIR: what it is, how it ended, how well it extrapolates.
+
+    Columns: experiment/run, encoding, training length L, seed, model size (width x
+    layers), status (completed, running, interrupted, failed, diverged, or damaged, with
+    the reason), perplexity at L and at the longest length scored (nonoverlapping windows,
+    with the 95% interval where eval.json has one). Colour and cut to fit on a terminal,
+    plain in a pipe.
+
+    \b
+    Examples:
+      posexp ls
+      posexp ls results/my-sweep
+      posexp ls | grep -v completed
+    """
+    try:
+        import shutil
+
+        from posexp.listing import coloured, ls_lines, plain
+
+        terminal = sys.stdout.isatty()
+        style = coloured if terminal and not os.environ.get("NO_COLOR") else plain
+        width = shutil.get_terminal_size().columns if terminal else None
+        typer.echo("\n".join(ls_lines(root, style, width)))
+    except BaseException as e:
+        fail(e)
+
+
+@app.command(cls=Command)
+def compare(
+    run_a: Path = typer.Argument(..., metavar="RUN_A", show_default=False,
+                                 help="A completed run directory."),
+    run_b: Path = typer.Argument(..., metavar="RUN_B", show_default=False,
+                                 help="Another completed run directory."),
+) -> None:
+    """Two runs side by side: the config keys that differ, then both curves and B/A.
+
+    Identity keys (what determines the weights) come first, then the others, such as
+    evaluation settings. Each evaluation length of each mode gets a row with both
+    perplexities, their 95% intervals, and the ratio B/A with its paired interval (the
+    same blocks of tokens resampled for both) when both points scored the same tokens;
+    points scored on different tokens, or runs of different corpora, are said not to be
+    comparable.
+
+    \b
+    Examples:
+      posexp compare results/default/rope-L64-s0 results/default/alibi-L64-s0
+      posexp compare results/a/rope-L64-s0 results/b/rope-L64-s0
+    """
+    try:
+        from posexp.listing import compare_lines
+
+        typer.echo("\n".join(compare_lines(run_a, run_b)))
+    except BaseException as e:
+        fail(e)
+
+
+@app.command(cls=Command)
+def reproduce(
+    preset: str = typer.Option("cpu", metavar="NAME|FILE", show_default=False,
+                               help=f"{preset_names()} (configs/reproduce/), or a YAML file "
+                                    "of the same shape (default: cpu)."),
+    results_dir: Path = typer.Option(Path("results"), metavar="DIR", show_default=False,
+                                     help="Root for the runs and the report (default: "
+                                          "results)."),
+    config_dir: Path | None = typer.Option(None, "--config-dir", metavar="DIR",
+                                           show_default=False,
+                                           help="Config files of your own (an encoding, a "
+                                                "task) that the preset's runs choose."),
+) -> None:
+    """Run a claim suite and print the verdicts.
+
+    The cpu and gpu presets test the claims of Press et al. (ALiBi, ICLR 2022) and two
+    about NoPE; rope-scaling and rope-scaling-gpu those about RoPE context extension (PI,
+    NTK-aware, YaRN, with and without fine-tuning); encodings and encodings-gpu those about
+    the later encodings and randomized positions; tasks and tasks-gpu those about length
+    generalization on algorithmic tasks (Kazemnejad et al. 2023: NoPE against absolute
+    positions; Ruoss et al. 2023: randomized positions). Trains the runs the preset lists (a
+    completed run of the same identity is reused), fine-tunes what it lists, scores each
+    run, and writes the report, verdicts.md and verdicts.json under
+    RESULTS_DIR/<experiment>/report.
+
+    \b
+    Examples:
+      posexp reproduce                  the cpu preset: about 27 minutes on 2 cores
+      posexp reproduce --preset rope-scaling
+      posexp reproduce --preset tasks   about 25 minutes on 2 cores
+      posexp reproduce --preset gpu
+      posexp reproduce --preset my_claims.yaml --results-dir out
+      posexp reproduce --preset my_claims.yaml --config-dir configs
+    """
+    try:
+        from posexp.claims import reproduce as run_claims
+
+        run_claims(preset, results_dir, str(config_dir) if config_dir else None)
+    except BaseException as e:
+        fail(e)

@@ -1,0 +1,254 @@
+"""The commands that train and score runs: train, eval, sweep, resume, finetune.  Each
+parses its command line, composes and checks a config (posexp.config), and hands it to the
+run layer (posexp.run) or to Hydra's launcher (sweep)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import typer
+from omegaconf import DictConfig, OmegaConf
+
+import posexp
+from posexp import scaling
+from posexp.cli.app import EXTRA, app, hydra_main
+from posexp.cli.args import parse_args, saved_run_args
+from posexp.cli.errors import fail
+from posexp.cli.help import Command, help_page, print_config
+from posexp.config import (
+    RunSpec,
+    apply_overrides,
+    check,
+    check_attention,
+    check_device_name,
+    check_eval,
+    compose,
+    compose_overrides,
+)
+from posexp.config.guards import check_overrides, parse_override
+from posexp.data.checks import check_paths
+from posexp.errors import UsageError
+
+# a task run's evaluation settings are eval.task_lengths and these of the task group
+EVAL_KEYS = ("eval.", "device", "attention", "task.eval_count", "task.eval_seed", "task.depths")
+
+
+def run_config(cfg: DictConfig) -> str:
+    """Check a composed config and run it (posexp.run.run): the task of Hydra's entry point
+    for posexp train, and of resume and finetune."""
+    from posexp.run import run  # torch: not for --help
+
+    check(cfg)
+    return run(RunSpec.of(cfg))
+
+
+@app.command(cls=Command, context_settings={**EXTRA, "help_option_names": []},
+             short_help="Train one model on short windows and evaluate it at longer ones.")
+def train(ctx: typer.Context) -> None:
+    """Train one model on short windows and evaluate it at longer ones.
+
+    Takes Hydra overrides (key=value, group=option) and --cfg job; posexp train --help
+    lists them.
+    """
+    try:
+        a = parse_args(ctx.args, "train")
+        if "--version" in a.flags:
+            typer.echo(f"posexp {posexp.__version__}")
+            return
+        if "--help" in a.flags:
+            typer.echo(help_page(a, "train"))
+            return
+        cfg = compose(a.overrides, a.config_dir, a.config_name, "train")
+        if a.flags.get("--cfg") == "job":
+            print_config(cfg, a.flags.get("--package"))
+            return
+        if not any(f in a.flags for f in ("--cfg", "--info", "--hydra-help")):
+            from posexp.run import pick_device
+
+            check_paths(cfg.data)  # a missing corpus, a FIFO, /dev/zero: refused now
+            pick_device(cfg)  # device=cuda:3 on a machine with one GPU: refused now
+    except BaseException as e:
+        fail(e)
+    hydra_main(run_config, a.hydra_argv())
+
+
+@app.command("eval", cls=Command, context_settings=EXTRA)
+def eval_(
+    ctx: typer.Context,
+    run_dir: Path = typer.Argument(..., metavar="RUN_DIR", show_default=False,
+                                   help="A run directory written by posexp train."),
+) -> None:
+    """Score a trained run again: at other lengths, in another mode, with another stride.
+
+    Nothing is retrained. Overrides may change eval.*, device and attention; the new
+    points are written to eval.json beside the old ones (a point of the same mode, length,
+    stride, scored tokens and RoPE scaling is replaced). A RoPE run can be scored with
+    context-extension scalings: eval.rope_scaling=METHOD ({methods}; plain: as trained)
+    and eval.rope_scaling.factor=S, each a comma list whose every
+    combination is scored by this one process, on the same tokens. A task run (data=task)
+    is scored at eval.task_lengths, on task.eval_count held-out instances of
+    task.eval_seed (passkey: at each of task.depths); only the task points eval.json lacks
+    are scored. --cfg job prints the config it would use.
+
+    \b
+    Examples:
+      posexp eval results/default/alibi-L64-s0 eval.lengths=[64,128,4096]
+      posexp eval results/default/nope-L64-s0 eval.task_lengths=[16,32,64,128]
+      posexp eval results/default/alibi-L64-s0 eval.mode=sliding eval.stride=32
+      posexp eval results/default/rope-L64-s0 eval.rope_scaling=yarn eval.rope_scaling.factor=8
+      posexp eval results/default/rope-L64-s0 eval.rope_scaling=linear,ntk,dynamic,yarn
+                  eval.rope_scaling.factor=2,4,8,16
+      posexp eval results/default/rope-L64-s0 device=cuda:1 --cfg job
+    """
+    try:
+        from posexp.run import evaluate_dir
+        from posexp.runs import Run
+
+        overrides, show = saved_run_args(ctx.args, "eval", "RUN_DIR, overrides of eval.*, "
+                                         "device and attention")
+        run = Run.open(run_dir)
+        cfg = apply_overrides(run.config(), overrides, allowed=EVAL_KEYS, run_dir=run_dir)
+        check_device_name(cfg.device)
+        check_eval(cfg)
+        check_attention(cfg)
+        if show:
+            print_config(cfg, None)
+            return
+        evaluate_dir(run_dir, RunSpec.of(cfg))
+    except BaseException as e:
+        fail(e)
+
+
+@app.command(cls=Command, context_settings=EXTRA)
+def sweep(ctx: typer.Context) -> None:
+    """Train and evaluate a grid of runs: every comma-separated override is an axis.
+
+    Takes posexp train's overrides (posexp train --help lists groups and keys) with
+    comma-separated values. Every job is composed and checked before the first one starts.
+    Each job gets its own run directory (swept keys beyond encoding, length and seed are
+    added to its name); a completed run of the same identity is skipped, so a re-run
+    finishes only what is missing. encoding=glob(*) is every encoding there is a config for
+    (the presets' default). Presets: sweep=encodings (the default), lengths, seeds, grid.
+    Launchers: hydra/launcher=basic (one job after another), joblib (parallel on this
+    machine), submitit_local, submitit_slurm. --cfg job prints every job's config and runs
+    nothing.
+
+    \b
+    Examples:
+      posexp sweep encoding=alibi,rope train.seq_len=64,128 seed=0,1,2
+      posexp sweep sweep=lengths hydra/launcher=joblib
+      posexp sweep model.d_model=64,128 --cfg job
+      posexp sweep 'encoding=glob(*,exclude=nope)' seed=0,1
+    """
+    try:
+        a = parse_args(ctx.args, "sweep")
+        if "--version" in a.flags:
+            typer.echo(f"posexp {posexp.__version__}")
+            return
+        if "--info" in a.flags or "--hydra-help" in a.flags:  # composed by Hydra, run nothing
+            check_overrides(a.overrides, "sweep")
+            compose_overrides([o for o in a.overrides if not parse_override(o)
+                               .is_sweep_override()], a.config_dir, a.config_name,
+                              command="sweep", resolve=False)
+            hydra_main(lambda cfg: None, a.hydra_argv(drop=("--multirun",)))
+            return
+        from posexp.sweep import is_glob, plan, summarize, sweep_job
+
+        jobs, extra = plan(a.overrides, a.config_dir, a.config_name,
+                           devices="--cfg" not in a.flags)
+        if "--cfg" in a.flags:
+            for i, job in enumerate(jobs, 1):
+                typer.echo(f"# job {i}/{len(jobs)}: {' '.join(job.overrides)}")
+                if a.flags["--cfg"] in ("hydra", "all"):
+                    typer.echo(OmegaConf.to_yaml({"hydra": job.hydra}).rstrip())
+                if a.flags["--cfg"] in ("job", "all"):
+                    print_config(job.cfg, a.flags.get("--package"))
+            return
+    except BaseException as e:
+        fail(e)
+    typer.echo(f"posexp sweep: {len(jobs)} runs", err=True)
+    # globs go to Hydra spelled out (in extra): exactly the options planned
+    argv = replace(a, overrides=[o for o in a.overrides if not is_glob(o)]).hydra_argv(
+        drop=("--multirun",))
+    hydra_main(sweep_job, ["--multirun", *argv, *extra])
+    try:
+        summarize([job.cfg for job in jobs])
+    except BaseException as e:
+        fail(e)
+
+
+@app.command(cls=Command)
+def resume(
+    run_dir: Path = typer.Argument(..., metavar="RUN_DIR", show_default=False,
+                                   help="A run directory written by posexp train."),
+) -> None:
+    """Continue an interrupted run from its last checkpoint, with the config it was given.
+
+    Running the same posexp train command again does the same; resume needs only the
+    directory, also after it was moved.
+
+    \b
+    Examples:
+      posexp resume results/default/rope-L64-s0
+      posexp resume results/my-sweep/alibi-L128-s1
+    """
+    try:
+        from posexp.runs import Run
+
+        if not (run_dir / "config.yaml").is_file():
+            raise UsageError(f"{run_dir} is not a posexp run (no config.yaml)")
+        cfg = apply_overrides(Run(run_dir).config(), [], allowed=(), run_dir=run_dir)
+        if Path(cfg.results_dir) / cfg.experiment / cfg.run_name != run_dir:
+            # the run was moved: continue it where it is now
+            cfg.results_dir, cfg.experiment = str(run_dir.parent.parent), run_dir.parent.name
+            cfg.run_name = run_dir.name
+        cfg.train.resume = True
+        run_config(cfg)
+    except BaseException as e:
+        fail(e)
+
+
+@app.command(cls=Command, context_settings=EXTRA)
+def finetune(
+    ctx: typer.Context,
+    parent_dir: Path = typer.Argument(..., metavar="PARENT_RUN", show_default=False,
+                                      help="A completed run directory to continue."),
+) -> None:
+    """Continue a completed run from its weights: at a longer length, with RoPE scaling.
+
+    Trains a new run, in the parent's experiment, that starts from the parent's trained
+    weights with a fresh optimizer and learning-rate schedule for train.tokens, then scores
+    it like posexp train. Overrides may change train.*, eval.*, encoding.scaling.*, seed,
+    device, attention, logger.*, results_dir, experiment and run_name; the rest is the
+    parent's. encoding.scaling=METHOD ({methods}) with
+    encoding.scaling.factor=S trains RoPE scaled, L being the length the weights were first
+    trained at. The run's identity includes the parent's identity and weights hash; its
+    default name is PARENT-ft, with -L<seq_len> and -<method><factor> when they change.
+    Checkpoints, resume (run the same command again, or posexp resume), the lock and the
+    errors are posexp train's. --cfg job prints the config it would use.
+
+    \b
+    Examples:
+      posexp finetune results/default/rope-L64-s0 train.seq_len=256 train.tokens=200000
+      posexp finetune results/default/rope-L64-s0 train.seq_len=256 train.tokens=200000
+                      encoding.scaling=linear encoding.scaling.factor=4
+    """
+    try:
+        from posexp.run import finetune_config
+
+        overrides, show = saved_run_args(ctx.args, "finetune", "PARENT_RUN, overrides")
+        cfg = finetune_config(parent_dir, overrides)
+        if show:
+            print_config(cfg, None)
+            return
+        run_config(cfg)
+    except BaseException as e:
+        fail(e)
+
+
+
+
+# the help names the RoPE scaling methods the table has (posexp/scaling.py)
+for _command in (eval_, finetune):
+    _command.__doc__ = _command.__doc__.replace("{methods}", scaling.names())

@@ -1,0 +1,119 @@
+"""The checks of what a run is scored at: eval.* of a corpus run (lengths, mode, stride,
+tokens), and of a task run its task, task lengths and held-out instances."""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig
+
+from posexp.config.bounds import (
+    MAX_BATCH_TOKENS,
+    MAX_BUCKETS,
+    MAX_EVAL_TOKENS,
+    MAX_LENGTH,
+    MAX_SEED,
+    MAX_TASK_COUNT,
+    MAX_TASK_LENGTH,
+    MAX_TASK_TOKENS,
+)
+from posexp.config.check_scaling import check_eval_scaling
+from posexp.config.derive import eval_lengths, is_task_run
+from posexp.config.schema import EvalMode
+from posexp.data.tasks import TASKS, max_length_within
+from posexp.errors import UsageError
+from posexp.values import in_range, listed_once, positive, power
+
+# eval keys that say how a corpus run's windows are scored; a task run has none of them
+CORPUS_EVAL_KEYS = ("eval.lengths", "eval.mode", "eval.stride", "eval.tokens",
+                    "eval.per_position_buckets")
+
+
+def check_eval(cfg: DictConfig) -> None:
+    """Every evaluation setting: the corpus run's windows, a task run's lengths and
+    instances, the RoPE scalings to score with."""
+    e = cfg.eval
+    lengths = eval_lengths(cfg)
+    if not lengths:
+        raise UsageError("eval.lengths is empty")
+    for length in lengths:
+        positive("each of eval.lengths", length, MAX_LENGTH)
+    listed_once("eval.lengths", lengths, "length")
+    positive("eval.tokens", e.tokens, MAX_EVAL_TOKENS)
+    positive("eval.batch_tokens", e.batch_tokens, MAX_BATCH_TOKENS)
+    positive("eval.per_position_buckets", e.per_position_buckets, MAX_BUCKETS)
+    mode = EvalMode(e.mode)
+    if e.stride is not None:
+        positive("eval.stride", e.stride, MAX_LENGTH)
+        if mode == EvalMode.sliding and e.stride >= min(lengths):
+            raise UsageError(
+                f"eval.stride ({e.stride}) must be smaller than every window; "
+                f"the shortest of eval.lengths is {min(lengths)}"
+            )
+    if mode == EvalMode.sliding and e.stride is None and min(lengths) < 2:
+        raise UsageError("sliding evaluation needs windows of at least 2 tokens")
+    check_task_eval(cfg)
+    check_eval_scaling(cfg)
+
+
+def check_task(cfg: DictConfig) -> None:
+    """data=task and a task (task=NAME) come together; the task is one posexp has, and its
+    shortest instance fits in train.seq_len."""
+    node = cfg.get("task")
+    if not is_task_run(cfg):
+        if node is not None:
+            raise UsageError(f"task={node.name} is set, but this run trains on "
+                             f"data={cfg.data.name}; add data=task to train on the task")
+        return
+    if node is None:
+        raise UsageError(f"data=task needs a task: add task=NAME, one of {', '.join(TASKS)}")
+    if node.name not in TASKS:
+        raise UsageError(f"task.name {node.name!r} is not a task posexp has; known: "
+                         f"{', '.join(TASKS)}")
+    try:
+        max_length_within(TASKS[node.name], cfg.train.seq_len)
+    except ValueError as e:
+        raise UsageError(f"train.seq_len is too short for the task: {e}") from None
+
+
+def check_task_eval_key(cfg: DictConfig, key: str) -> None:
+    """A key set on the command line that a task run would ignore is refused, not dropped."""
+    if key in CORPUS_EVAL_KEYS and is_task_run(cfg):
+        raise UsageError(f"{key} sets how a corpus run's windows are scored; this run trains "
+                         "on a task (data=task): its lengths are eval.task_lengths")
+
+
+def check_task_eval(cfg: DictConfig) -> None:
+    """eval.task_lengths and the task's evaluation settings (count, seed, passkey depths)."""
+    lengths = cfg.eval.get("task_lengths")
+    if lengths is not None and not is_task_run(cfg):
+        raise UsageError("eval.task_lengths is set, but this run is not a task run "
+                         "(data=task task=NAME); its lengths are eval.lengths")
+    if lengths is not None:
+        if not lengths:
+            raise UsageError("eval.task_lengths is empty")
+        for length in lengths:
+            positive("each of eval.task_lengths", length, MAX_TASK_LENGTH)
+        listed_once("eval.task_lengths", list(lengths), "length")
+    node = cfg.get("task")
+    if node is None:
+        return
+    if not is_task_run(cfg):
+        raise UsageError(f"task.* is set, but this run trains on data={cfg.data.name}, not "
+                         "on a task (data=task)")
+    positive("task.eval_count", node.eval_count, MAX_TASK_COUNT)
+    if lengths and node.name in TASKS:
+        tokens = node.eval_count * TASKS[node.name].tokens_for(max(lengths))
+        if tokens > MAX_TASK_TOKENS:
+            raise UsageError(f"task.eval_count x the tokens of an instance at the longest of "
+                             f"eval.task_lengths ({tokens:,}) must be at most "
+                             f"{MAX_TASK_TOKENS:,} ({power(MAX_TASK_TOKENS)}): the instances "
+                             "of a length are held in memory")
+    if isinstance(node.eval_seed, bool) or not isinstance(node.eval_seed, int) or not (
+            0 <= node.eval_seed <= MAX_SEED):
+        raise UsageError(f"task.eval_seed must be an integer in [0, 2**63 - 1], "
+                         f"got {node.eval_seed}")
+    depths = list(node.depths)
+    if not depths:
+        raise UsageError("task.depths is empty (passkey's depths, each in [0, 1])")
+    for depth in depths:
+        in_range("each of task.depths", depth, 0.0, 1.0)
+    listed_once("task.depths", depths, "depth", shown=lambda d: f"{d:g}")

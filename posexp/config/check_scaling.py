@@ -1,0 +1,96 @@
+"""The checks of RoPE scaling: eval.rope_scaling (scorings of a trained run) and
+encoding.scaling (a fine-tune's), against the table of methods (posexp/scaling.py) and the
+encoding, which must rotate queries and keys by RoPE's frequencies."""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig, OmegaConf
+
+from posexp import scaling
+from posexp.config.derive import as_list, eval_scalings, train_scaling
+from posexp.errors import UsageError
+from posexp.values import in_range, listed_once
+
+
+def scalable(encoding: str) -> bool:
+    """Whether ``encoding`` takes RoPE scaling (its module says so)."""
+    from posexp.encodings import ENCODINGS  # the registry imports torch
+
+    spec = ENCODINGS.get(encoding)
+    return spec is not None and spec.module.rope_scalable
+
+
+def _numbers(key: str, node: DictConfig, factors: list) -> None:
+    for factor in factors:
+        in_range(f"{key}.factor", factor, 1.0, 1e6)
+    for param in scaling.all_params():
+        in_range(f"{key}.{param.name}", node[param.name], 0.0, 1e6, low_open=True)
+
+
+def _computable(key: str, records: list[dict]) -> None:
+    """Each record is a scaling its method can compute."""
+    for rec in records:
+        try:
+            scaling.RopeScaling(**rec)
+        except ValueError as e:
+            raise UsageError(f"{key}: {e}") from None
+
+
+def _needs_rope(key: str, what: str, encoding: str) -> None:
+    if not scalable(encoding):
+        raise UsageError(f"{key}{what} needs encoding=rope (it rescales RoPE's frequencies); "
+                         f"this run is encoding={encoding}")
+
+
+def check_train_scaling(cfg: DictConfig, fine_tune: bool) -> None:
+    """encoding.scaling: off, or one method at one factor for a fine-tune of a RoPE run."""
+    node = OmegaConf.select(cfg, "encoding.scaling", default=None)
+    if node is None:
+        return
+    if node.method is None:
+        if node.factor != 1.0:
+            raise UsageError("encoding.scaling.factor is set but encoding.scaling.method is "
+                             f"not; add encoding.scaling=METHOD ({scaling.names()})")
+        return
+    if not isinstance(node.method, str) or node.method not in scaling.METHODS:
+        raise UsageError(f"encoding.scaling.method must be one of {scaling.names()}, "
+                         f"got {node.method!r}")
+    _needs_rope("encoding.scaling", "", cfg.encoding.name)
+    if not fine_tune:
+        raise UsageError("encoding.scaling is for fine-tuning a trained run at a longer "
+                         "length: posexp finetune PARENT_RUN encoding.scaling=METHOD "
+                         "encoding.scaling.factor=S")
+    _numbers("encoding.scaling", node, [node.factor])
+    _computable("encoding.scaling", [train_scaling(cfg)])
+
+
+def check_eval_scaling(cfg: DictConfig) -> None:
+    """eval.rope_scaling: methods (plain among them) and factors, each listed once, every
+    scaling computable, and a RoPE run to apply them to."""
+    key = "eval.rope_scaling"
+    node = OmegaConf.select(cfg, key, default=None)
+    if node is None:
+        return
+    if node.method is None:
+        if as_list(node.factor) != [1.0]:
+            raise UsageError(f"{key}.factor is set but {key}.method is not; add "
+                             f"{key}=METHOD ({scaling.names()})")
+        return
+    methods, factors = as_list(node.method), as_list(node.factor)
+    known = (scaling.PLAIN, *scaling.METHODS)
+    for name, values in (("method", methods), ("factor", factors)):
+        if not values:
+            raise UsageError(f"{key}.{name} is an empty list")
+        listed_once(f"{key}.{name}", list(values))
+    for method in methods:
+        if not isinstance(method, str) or method not in known:
+            raise UsageError(f"{key}.method must be one of {', '.join(known)} or a list of "
+                             f"them (e.g. {key}=linear,yarn), got {method!r}")
+    _numbers(key, node, factors)
+    if set(methods) == {scaling.PLAIN} and factors != [1.0]:
+        raise UsageError(f"{key}.factor is set but the only method is {scaling.PLAIN}, which "
+                         "has none")
+    scaled = [m for m in methods if m != scaling.PLAIN]
+    if scaled:
+        _needs_rope(key, f"={','.join(scaled)}", cfg.encoding.name)
+    _computable(key, [r for r in eval_scalings(cfg) if r is not None])

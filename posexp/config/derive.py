@@ -1,0 +1,134 @@
+"""The values a config leaves to posexp, derived in one place: ``resolve`` fills them into
+the config (what config.yaml records), and RunSpec (spec.py) holds the rest.  Only the
+config layer calls these; code downstream reads the spec."""
+
+from __future__ import annotations
+
+import typing
+from pathlib import Path
+
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
+
+from posexp import scaling
+from posexp.config.custom import import_custom_encoding
+from posexp.data.checks import is_task_data
+
+if typing.TYPE_CHECKING:
+    from posexp.data.tasks import Task
+
+# The multiples of the training length a corpus run is scored at, and of the longest task
+# length a task run trained on, when the config does not list its lengths.
+EVAL_MULTIPLES = (1, 2, 4, 8, 16)
+TASK_MULTIPLES = (1, 2, 4, 8)
+
+
+def is_task_run(cfg: DictConfig) -> bool:
+    """Whether the run trains on an algorithmic task (data=task) rather than a corpus."""
+    return is_task_data(cfg.data)
+
+
+def eval_lengths(cfg: DictConfig) -> list[int]:
+    lengths = cfg.eval.lengths
+    if lengths is None:
+        return [cfg.train.seq_len * k for k in EVAL_MULTIPLES]
+    return list(lengths)
+
+
+def task_of(cfg: DictConfig) -> Task:
+    """The task of a data=task run."""
+    from posexp.data.tasks import get_task  # numpy and the generators: not for ls
+
+    return get_task(cfg.task.name)
+
+
+def task_max_length(cfg: DictConfig) -> int:
+    """n_max: the longest task length whose instances fit in train.seq_len tokens; training
+    draws lengths up to it."""
+    from posexp.data.tasks import max_length_within
+
+    return max_length_within(task_of(cfg), cfg.train.seq_len)
+
+
+def task_lengths(cfg: DictConfig) -> list[int]:
+    """The task lengths a data=task run is scored at: eval.task_lengths, by default 1, 2, 4
+    and 8 x n_max (task_max_length)."""
+    lengths = cfg.eval.get("task_lengths")
+    if lengths is None:
+        return [task_max_length(cfg) * k for k in TASK_MULTIPLES]
+    return list(lengths)
+
+
+def positions_trained(cfg: DictConfig) -> int:
+    """How many positions training reads: train.seq_len, or M with train.random_positions=M
+    (learned's table gets a row for each)."""
+    return cfg.train.get("random_positions") or cfg.train.seq_len
+
+
+def original_len(cfg: DictConfig) -> int:
+    """The L of RoPE scaling: the length the weights were first trained at (a fine-tune's
+    root run's train.seq_len, else the run's own)."""
+    return OmegaConf.select(cfg, "parent.original_len", default=None) or cfg.train.seq_len
+
+
+def train_scaling(cfg: DictConfig) -> dict | None:
+    """encoding.scaling as a record (posexp/scaling.py), None when it is off."""
+    node = OmegaConf.select(cfg, "encoding.scaling", default=None)
+    if node is None or node.method is None:
+        return None
+    return scaling.record(node.method, node.factor, node)
+
+
+def as_list(value: object) -> list:
+    return list(value) if isinstance(value, (list, ListConfig)) else [value]
+
+
+def eval_scalings(cfg: DictConfig) -> list[dict | None]:
+    """The RoPE scalings cfg.eval asks for, in order: None for the run as trained, a record
+    for each method at each factor; [None] when eval.rope_scaling is off."""
+    node = OmegaConf.select(cfg, "eval.rope_scaling", default=None)
+    if node is None or node.method is None:
+        return [None]
+    out: list[dict | None] = []
+    for method in as_list(node.method):
+        out += [None] if method == scaling.PLAIN else [scaling.record(method, f, node)
+                                                       for f in as_list(node.factor)]
+    return out
+
+
+def encoding_hparams(cfg: DictConfig) -> dict:
+    """encoding.hparams as a plain dict (empty in the configs of runs that predate it)."""
+    hparams = cfg.encoding.get("hparams")
+    return OmegaConf.to_container(hparams, resolve=True) if hparams else {}
+
+
+def resolve(cfg: DictConfig) -> DictConfig:
+    """The config with every derived value filled in -- the one place they are decided:
+    eval.lengths (1-16 x seq_len), eval.task_lengths of a task run (1-8 x n_max),
+    model.d_ff (4 x d_model), model.tie_weights (the encoding's), encoding.max_positions
+    (seq_len) and train.batch_size (batch_tokens / seq_len).  Idempotent; ``cfg`` is
+    checked."""
+    out = cfg.copy()
+    OmegaConf.set_readonly(out, False)  # a spec's config is read-only; its copy need not be
+    with open_dict(out):
+        out.eval.lengths = eval_lengths(cfg)
+        if is_task_run(cfg) and cfg.get("task") is not None:
+            out.eval.task_lengths = task_lengths(cfg)
+        out.model.d_ff = cfg.model.d_ff or 4 * cfg.model.d_model
+        if cfg.model.get("tie_weights") is None:
+            from posexp.encodings import ENCODINGS  # the registry (imports torch)
+
+            import_custom_encoding(cfg)
+            spec = ENCODINGS.get(cfg.encoding.name)  # unknown: check() says so
+            out.model.tie_weights = spec.tie_weights if spec else None
+        out.encoding.max_positions = cfg.encoding.max_positions or positions_trained(cfg)
+        if cfg.train.get("batch_tokens") is not None:  # absent in configs of older runs
+            out.train.batch_size = cfg.train.batch_tokens // cfg.train.seq_len
+            out.train.batch_tokens = None
+    return out
+
+
+def run_path(cfg: DictConfig) -> Path:
+    """Where a run is written: results_dir/experiment/run_name."""
+    return Path(cfg.results_dir) / cfg.experiment / cfg.run_name
+
+

@@ -1,0 +1,52 @@
+"""A run's identity: the resolved values of every key that determines its weights.
+
+Two runs of one identity are the same run (skip, resume, or score what is missing); two of
+different identities never share a directory.  Evaluation settings, device, kernel, logging
+and where a run is written are not identity.
+"""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig, OmegaConf
+
+from posexp.config.derive import resolve
+from posexp.config.keys import flatten
+
+# What a run's weights do not depend on: where it is written, how it is logged, how it is
+# evaluated, on which device and kernel, how often it reports or checkpoints, whether it may
+# continue an earlier attempt.  Everything else in the config is its identity.
+NOT_IDENTITY = ("results_dir", "experiment", "run_name", "device", "attention", "eval",
+                "logger", "train.resume", "train.compile", "train.log_every",
+                "train.val_every_tokens", "train.val_tokens", "train.checkpoint_every",
+                "data.cache_dir", "parent.run", "task.eval_count", "task.eval_seed",
+                "task.depths")
+# Nodes that are off unless their first key is set: then none of their keys is identity, so a
+# run without them has the identity it had before posexp knew them.
+OPTIONAL_NODES = (("encoding.scaling", "method"), ("parent", "identity"))
+# Keys that are off when null: then they are not identity either (as OPTIONAL_NODES).
+OPTIONAL_KEYS = ("train.random_positions", "encoding.module", "task")
+# Identity keys that follow the seed: a fine-tune's parent is another run at each seed.
+SEED_KEYS = ("seed", "parent.identity", "parent.weights_sha256")
+
+
+def in_identity(key: str) -> bool:
+    """Whether a dotted config key (or config group) is part of a run's identity."""
+    return not any(key == k or key.startswith(f"{k}.") for k in NOT_IDENTITY)
+
+
+def identity(cfg: DictConfig) -> dict:
+    """A run's identity: the resolved values of every key that determines its weights
+    (model, encoding, data and tokenizer, the training settings that change the weights,
+    seed, and a fine-tune's parent and RoPE scaling), as a flat {dotted key: value}."""
+    flat = flatten(OmegaConf.to_container(resolve(cfg), resolve=True, enum_to_str=True))
+    for node, key in OPTIONAL_NODES:
+        if flat.get(f"{node}.{key}") is None:
+            flat = {k: v for k, v in flat.items() if not k.startswith(f"{node}.")}
+    flat = {k: v for k, v in flat.items() if not (k in OPTIONAL_KEYS and v is None)}
+    return {k: v for k, v in flat.items() if in_identity(k)}
+
+
+def identity_diff(a: dict, b: dict) -> list[str]:
+    """'key: old -> new' for each key whose value differs between two identities."""
+    return [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b))
+            if a.get(k) != b.get(k)]

@@ -1,0 +1,82 @@
+"""A run resolved once: RunSpec holds the config read-only, every derived value filled in
+(derive.resolve), with the values derived from it, computed once.  Code downstream of the
+config (the run, evaluation, fine-tunes, the public API) reads the spec; it never derives a
+default again."""
+
+from __future__ import annotations
+
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+
+from omegaconf import DictConfig, OmegaConf
+
+from posexp.config.derive import (
+    encoding_hparams,
+    eval_scalings,
+    is_task_run,
+    original_len,
+    resolve,
+    run_path,
+    task_max_length,
+    task_of,
+    train_scaling,
+)
+from posexp.config.identity import identity
+
+if typing.TYPE_CHECKING:
+    from posexp.data.tasks import Task
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run, resolved: ``cfg`` is the config exactly as config.yaml holds it (every
+    derived value filled in, read-only), the other fields what is derived from it.
+
+    Build one with ``RunSpec.of(cfg)`` from a checked config (config.check)."""
+
+    cfg: DictConfig
+    path: Path
+    identity: typing.Mapping[str, object]
+    eval_lengths: tuple[int, ...]  # corpus lengths scored (1-16 x seq_len by default)
+    scalings: tuple[dict | None, ...]  # what eval.rope_scaling asks for (None: as trained)
+    train_scaling: dict | None  # a fine-tune's encoding.scaling as a record
+    original_len: int  # the L of RoPE scaling
+    encoding_hparams: typing.Mapping[str, object]
+    task: Task | None = None  # a task run's task
+    n_max: int | None = None  # a task run's longest training length
+    task_lengths: tuple[int, ...] = ()  # a task run's lengths scored
+    fine_tune: bool = False
+
+    @classmethod
+    def of(cls, cfg: DictConfig) -> RunSpec:
+        resolved = resolve(cfg)
+        OmegaConf.resolve(resolved)
+        ident = identity(resolved)
+        OmegaConf.set_readonly(resolved, True)
+        task = task_of(resolved) if is_task_run(resolved) else None
+        return cls(
+            cfg=resolved, path=run_path(resolved), identity=MappingProxyType(ident),
+            eval_lengths=tuple(resolved.eval.lengths), scalings=tuple(eval_scalings(resolved)),
+            train_scaling=train_scaling(resolved), original_len=original_len(resolved),
+            encoding_hparams=MappingProxyType(encoding_hparams(resolved)), task=task,
+            n_max=task_max_length(resolved) if task else None,
+            task_lengths=tuple(resolved.eval.task_lengths) if task else (),
+            fine_tune=OmegaConf.select(resolved, "parent.identity") is not None)
+
+    @property
+    def is_task_run(self) -> bool:
+        return self.task is not None
+
+    @property
+    def run_scalings(self) -> tuple[dict | None, ...]:
+        """What a run (train, sweep, resume, finetune) scores: as trained, always, and what
+        eval.rope_scaling asks for."""
+        return self.scalings if None in self.scalings else (None, *self.scalings)
+
+    def config(self) -> DictConfig:
+        """A writable copy of the config, to derive another run's from."""
+        out = self.cfg.copy()
+        OmegaConf.set_readonly(out, False)
+        return out

@@ -1,0 +1,162 @@
+"""Curves: a series (and, sliding, one stride setting) as the figures draw it and the tables
+print it, one cell per length: the mean over seeds of perplexity and of its ratio to the
+perplexity at the training length, each with its 95% interval (posexp/stats.py): with two
+seeds or more, Student-t across the seeds; with one, the bootstrap over blocks of the
+scored tokens that eval.json records for each point (paired, for a ratio of two lengths)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from posexp.report.series import Series
+from posexp.stats import LEVEL, Interval, ratio_interval, t_interval
+
+NO_INTERVAL = "no interval recorded"
+PERCENT = f"{LEVEL:.0%}"
+
+
+@dataclass
+class Cell:
+    """One length of a curve: the perplexity and its ratio to the perplexity at the training
+    length, each the mean over seeds with its interval; ``ppl`` None where the length is not
+    applicable (a learned table ends at its size), ``ratio`` None without a point at the
+    training length."""
+
+    ppl: Interval | None
+    ratio: Interval | None = None
+
+
+def _blocks_method(p: dict) -> str:
+    return f"bootstrap over {len(p['block_loss'])} blocks" if p.get("block_loss") \
+        else "bootstrap over blocks"
+
+
+def ppl_cell(points: list[dict]) -> Interval:
+    """The mean perplexity of one applicable point per seed: Student-t across two seeds or
+    more; one seed's own bootstrap interval (eval.json's ppl_low, ppl_high), if recorded."""
+    if len(points) > 1:
+        return t_interval([p["ppl"] for p in points], log=True)
+    [p] = points
+    if p.get("ppl_low") is None or p.get("ppl_high") is None:
+        return Interval(p["ppl"], None, None, 1, NO_INTERVAL)
+    return Interval(p["ppl"], p["ppl_low"], p["ppl_high"], 1, _blocks_method(p))
+
+
+def ratio_cell(pairs: list[tuple[dict, dict]]) -> Interval:
+    """The mean over seeds of ppl(length) / ppl(training length), from (point, point at the
+    training length) pairs: Student-t across two seeds or more; for one seed the paired
+    bootstrap (the same blocks drawn at both lengths) when both points hold their blocks."""
+    if len(pairs) > 1:
+        return t_interval([p["ppl"] / base["ppl"] for p, base in pairs], log=True)
+    [(p, base)] = pairs
+    if p.get("block_loss") and base.get("block_loss") \
+            and p.get("block_tokens") == base.get("block_tokens"):
+        return ratio_interval(p, base)
+    return Interval(p["ppl"] / base["ppl"], None, None, 1, NO_INTERVAL)
+
+
+@dataclass
+class Curve:
+    """What a figure draws as one line and a table prints as one row."""
+
+    series: Series
+    stride: str | None  # the sliding stride setting; None in nonoverlapping mode
+    label: str
+    cells: dict[int, Cell]
+
+    @property
+    def style(self) -> tuple[str, str]:
+        return self.series.styles[self.stride]
+
+    @property
+    def legend(self) -> str:
+        n = len(self.series.members)
+        return self.label + (f" ({n} seeds)" if n > 1 else "")
+
+
+def curve_cells(s: Series, stride: str | None) -> dict[int, Cell]:
+    """length -> the cell of series ``s`` (and, sliding, stride setting ``stride``), at every
+    length one of its seeds was scored at."""
+    by_run = [s.points(r, stride) for r in s.members]
+    cells = {}
+    for length in sorted({length for points in by_run for length in points}):
+        ok = [points for points in by_run if length in points and points[length]["applicable"]]
+        pairs = [(points[length], points[s.train_len]) for points in ok
+                 if s.train_len in points and points[s.train_len]["applicable"]]
+        cells[length] = Cell(ppl_cell([points[length] for points in ok]) if ok else None,
+                             ratio_cell(pairs) if pairs else None)
+    return cells
+
+
+def mode_curves(series: list[Series], mode: str) -> list[Curve]:
+    """The curves of ``mode``: one per series, or per series and stride setting (labelled
+    with it when the mode's curves hold more than one)."""
+    ours = [(s, stride) for s in series if s.mode == mode for stride in s.strides]
+    several = len({stride for _, stride in ours}) > 1
+    return [Curve(s, stride, s.label + (f" · stride {stride}" if several else ""),
+                  curve_cells(s, stride)) for s, stride in ours]
+
+
+def stride_note(curves: list[Curve]) -> str:
+    """', stride L/2' when every curve has the one sliding stride setting it names."""
+    strides = {c.stride for c in curves}
+    return f", stride {strides.pop()}" if len(strides) == 1 and None not in strides else ""
+
+
+def not_scored(series: list[Series], mode: str) -> list[str]:
+    """One line per run of the report (a seed of a config, on a region) that holds points of
+    another mode but none of ``mode``, with the command that scores it."""
+    have = {(s.config, s.scaling, s.region, r.seed) for s in series if s.mode == mode
+            for r in s.members}
+    lines: dict[tuple, str] = {}
+    for s in series:
+        scaled = "" if s.scaling is None else (
+            " eval.rope_scaling={method} eval.rope_scaling.factor={factor:g}"
+            .format(**dict(s.scaling)))
+        for r in s.members:
+            if (s.config, s.scaling, s.region, r.seed) not in have:
+                lines.setdefault((str(r.path), s.scaling), f"{s.label}: posexp eval {r.path} "
+                                                           f"eval.mode={mode}{scaled}")
+    return list(lines.values())
+
+
+def notes(curves: list[Curve], series: list[Series], mode: str) -> list[str]:
+    """What a figure or table of ``mode`` does not show and why: intervals not recorded,
+    lengths that are not applicable, curves without a point at their training length (no
+    ratio), runs not scored in this mode."""
+    lines = []
+    bare = [c.label for c in curves
+            if any(iv.method == NO_INTERVAL for cell in c.cells.values()
+                   for iv in (cell.ppl, cell.ratio) if iv)]
+    if bare:
+        which = "every curve" if len(bare) == len(curves) else ", ".join(bare)
+        lines.append(f"{NO_INTERVAL} (eval.json from before posexp kept block losses; "
+                     f"`posexp eval RUN` scores it again): {which}")
+    for c in curves:
+        na = [length for length, cell in c.cells.items() if cell.ppl is None]
+        if na:
+            lines.append(f"n/a (no position that far; posexp does not clamp): {c.label} at "
+                         f"{', '.join(map(str, na))}")
+        if c.cells and not any(cell.ratio for cell in c.cells.values()):
+            lines.append(f"no ratio (no point at its training length): {c.label}")
+    missing = not_scored(series, mode)
+    if missing:
+        lines.append(f"not scored in {mode} mode: " + "; ".join(missing))
+    return lines
+
+
+def fmt(x: float) -> str:
+    """Four significant digits, never an exponent: 5.523, 14.82, 107.3, 12345."""
+    return f"{x:.{max(0, 3 - math.floor(math.log10(abs(x))))}f}" if x else "0"
+
+
+def cell_text(iv: Interval | None, fmt: Callable[[float], str], bold: bool = False,
+               interval: bool = True) -> str:
+    if iv is None:
+        return "—"
+    value = f"**{fmt(iv.value)}**" if bold else fmt(iv.value)
+    if not interval or iv.low is None or iv.high is None:
+        return value
+    return f"{value} [{fmt(iv.low)}, {fmt(iv.high)}]"

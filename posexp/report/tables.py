@@ -1,0 +1,189 @@
+"""The report's tables: summary.csv (one tidy row per run and point), summary.md (per mode,
+perplexity and its ratio to ppl(L) at each length with intervals; then task accuracy), and
+the table printed at the end of a sweep."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+from posexp.report.base import Report
+from posexp.report.curves import PERCENT, Curve, cell_text, fmt, mode_curves, notes, stride_note
+from posexp.report.series import config_key, describe
+from posexp.report.tasks import (
+    PASSKEY,
+    task_cell_text,
+    task_cells,
+    task_groups,
+    task_markdown,
+)
+from posexp.runs import point_scaling
+from posexp.runs import region as region_of
+from posexp.scaling import text as scaling_text
+
+CSV_COLUMNS = ["experiment", "run", "series", "encoding", "train_seq_len", "seed", "n_params",
+               "d_model", "n_layer", "n_head", "corpus", "corpus_fingerprint", "tokenizer",
+               "tokenizer_fingerprint", "steps", "tokens_trained", "parent", "mode",
+               "rope_scaling", "rope_scaling_factor", "stride", "length", "first_token",
+               "tokens", "applicable", "loss", "ppl", "ppl_low", "ppl_high", "bits_per_token",
+               "bits_per_byte", "reason"]
+POINT_COLUMNS = [c for c in CSV_COLUMNS[CSV_COLUMNS.index("mode"):]
+                 if not c.startswith("rope_scaling")]
+# a task point's own fields (runs.TASK_POINT_KINDS), after the perplexity columns; a row of
+# one kind leaves the other kind's columns empty
+TASK_COLUMNS = ["task", "train_max_length", "depth", "count", "eval_seed", "exact",
+                "exact_low", "exact_high", "token_acc", "token_acc_low", "token_acc_high",
+                "answer_loss", "chance_exact", "chance_token", "instances_sha256"]
+CSV_COLUMNS += TASK_COLUMNS
+
+
+def tidy_rows(report: Report) -> list[dict]:
+    """One row per run x curve point, then per run x task point, with the label of the
+    series the point belongs to; every row holds every column (None where it does not
+    apply)."""
+    labels = {(s.config, s.scaling, s.mode, s.region): s.label for s in report.series}
+    tasks = {(s.task, s.config, s.scaling): s for s in report.tasks}
+    rows = []
+    for r in report.runs:
+        model = r.info.get("model") or {}
+        corpus = r.info.get("corpus") or {}
+        run_fields = {
+            **dict.fromkeys(CSV_COLUMNS),
+            "experiment": r.info.get("experiment"), "run": r.name, "encoding": r.encoding,
+            "train_seq_len": r.train_len, "seed": r.seed, "n_params": r.info.get("n_params"),
+            **{k: r.identity.get(f"model.{k}", model.get(k))
+               for k in ("d_model", "n_layer", "n_head")},
+            "corpus": corpus.get("name", r.identity.get("data.name")),
+            "corpus_fingerprint": corpus.get("fingerprint"),
+            "tokenizer": corpus.get("tokenizer"),
+            "tokenizer_fingerprint": corpus.get("tokenizer_fingerprint"),
+            "steps": r.info.get("steps"), "tokens_trained": r.info.get("tokens_trained"),
+            "parent": r.info.get("parent"),
+        }
+        for p in r.curve:
+            label = labels[(config_key(r), point_scaling(p), p["mode"], region_of(p))]
+            scaling = p.get("rope_scaling") or {}
+            rows.append({**run_fields, "series": label,
+                         "rope_scaling": scaling_text(point_scaling(p)) if scaling else None,
+                         "rope_scaling_factor": scaling.get("factor"),
+                         **{k: p.get(k) for k in POINT_COLUMNS}})
+        for p in r.tasks:
+            s = tasks[(p["task"], config_key(r), point_scaling(p))]
+            scaling = p.get("rope_scaling") or {}
+            rows.append({**run_fields, "series": s.label,
+                         "rope_scaling": scaling_text(point_scaling(p)) if scaling else None,
+                         "rope_scaling_factor": scaling.get("factor"),
+                         **{k: p.get(k) for k in ("length", "tokens", "applicable", "reason",
+                                                  *TASK_COLUMNS)},
+                         "train_max_length": s.max_length})
+    return rows
+
+
+def csv_text(rows: list[dict]) -> str:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()
+
+
+def _ratiofmt(x: float) -> str:
+    return f"{x:.3f}"
+
+
+def _table(curves: list[Curve], lengths: list[int], stride_column: bool,
+           ratios: bool) -> list[str]:
+    extra = [heading for heading, _ in curves[0].series.columns()]
+    extra += ["stride"] * stride_column
+    lines = ["| " + " | ".join(["encoding", "L_train", *extra, "seeds", *map(str, lengths)])
+             + " |",
+             "|---|---:|" + "---|" * len(extra) + "---:|" * (1 + len(lengths))]
+    for c in curves:
+        s = c.series
+        values = [value.replace("|", "/") for _, value in s.columns()]
+        values += [str(c.stride)] * stride_column
+        cells = []
+        for length in lengths:
+            cell, at_train_len = c.cells.get(length), length == s.train_len
+            if cell is None:
+                cells.append("")
+            elif cell.ppl is None:
+                cells.append("n/a")
+            elif ratios:  # 1 at the training length, by definition: no interval to give
+                cells.append(cell_text(cell.ratio, _ratiofmt, at_train_len,
+                                        interval=not at_train_len))
+            else:
+                cells.append(cell_text(cell.ppl, fmt, at_train_len))
+        lines.append("| " + " | ".join([s.encoding, str(s.train_len), *values,
+                                        str(len(s.members)), *cells]) + " |")
+    return lines
+
+
+def markdown(report: Report, title: str) -> str:
+    """Per mode, the tables a paper prints: perplexity at each length, and its ratio to the
+    perplexity at the training length, each with its 95% interval, one row per curve; a
+    column for each key that tells series apart."""
+    series, duplicates, not_done = report.series, report.duplicates, report.not_done
+    lines = [f"# {title}", ""]
+    if series:
+        lines += [describe(series), ""]
+    for mode in report.modes:
+        curves = mode_curves(series, mode)
+        lengths = sorted({length for c in curves for length in c.cells})
+        several = len({c.stride for c in curves}) > 1
+        heading = f"{mode}{stride_note(curves)}"
+        lines += [f"## {heading}: perplexity", "",
+                  f"Mean over seeds [{PERCENT} interval: Student-t across the seeds with two "
+                  "or more; with one, a bootstrap over blocks of the scored tokens]. Bold: at "
+                  "the training length.", "",
+                  *_table(curves, lengths, several, ratios=False), "",
+                  f"## {heading}: perplexity / perplexity at the training length", "",
+                  f"Mean over seeds [{PERCENT} interval: Student-t across the seeds with two "
+                  "or more; with one, a paired bootstrap, the same blocks drawn at both "
+                  "lengths].", "",
+                  *_table(curves, lengths, several, ratios=True), ""]
+        lines += [f"* {line}" for line in notes(curves, series, mode)]
+        lines.append("")
+    lines += task_markdown(report.tasks)
+    if duplicates:
+        lines += ["Runs of the same config and seed, counted once (the first of each line):", ""]
+        lines += [f"* {', '.join(str(r.path) for r in group)}" for group in duplicates]
+        lines.append("")
+    if not_done:
+        lines += ["## Runs not included", "", "| run | status | reason |", "|---|---|---|"]
+        for r in not_done:
+            reason = str(r.reason or "").replace("|", "/").replace("\n", " ")
+            lines.append(f"| {r.path} | {r.status} | {reason} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _plain_table(heading: str, lengths: list[int], rows: list[tuple[str, list[str]]]) -> str:
+    width = max([len("series"), *(len(label) for label, _ in rows)]) + 2
+    lines = [heading, f"{'series':<{width}}" + "".join(f"{length:>10}" for length in lengths)]
+    lines += [f"{label:<{width}}" + "".join(f"{cell:>10}" for cell in cells)
+              for label, cells in rows]
+    return "\n".join(lines)
+
+
+def terminal_table(report: Report, mode: str = "nonoverlapping") -> str:
+    """curve x length -> perplexity (mean over seeds), for the end of a sweep; and for task
+    runs, per task, series x length -> exact match (mean over seeds)."""
+    curves = mode_curves(report.series, mode)
+    tables = []
+    by_task = task_groups(report.tasks)
+    if curves or not by_task:
+        lengths = sorted({length for c in curves for length in c.cells})
+        tables.append(_plain_table(
+            f"perplexity ({mode}{stride_note(curves)}; mean over seeds)", lengths,
+            [(c.label, ["" if (cell := c.cells.get(length)) is None else "n/a"
+                        if cell.ppl is None else fmt(cell.ppl.value) for length in lengths])
+             for c in curves]))
+    for task, ours in by_task.items():
+        cells = [(s.label, task_cells(s)) for s in ours]
+        lengths = sorted({length for _, c in cells for length in c})
+        tables.append(_plain_table(
+            f"exact match on {task} (mean over seeds{', and depths' * (task == PASSKEY)})",
+            lengths, [(label, [task_cell_text(c.get(length), interval=False)
+                               for length in lengths]) for label, c in cells]))
+    return "\n\n".join(tables)

@@ -1,0 +1,303 @@
+"""Task runs in a report: a run trained on an algorithmic task holds task points, not curve
+points -- exact match on held-out instances at each instance length, and for passkey at
+each depth of the key in its context.  Its series are grouped as perplexity series are (one
+identity but the seed), one per task scored and RoPE scaling, and get a table of exact match
+per task (here) and a figure per task and a passkey heatmap (task_figures.py)."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from posexp.report.curves import NO_INTERVAL, PERCENT, cell_text
+from posexp.report.series import (
+    STYLES,
+    Region,
+    Series,
+    _order,
+    config_key,
+    encoding_colours,
+    encoding_rank,
+    label_keys,
+    label_parts,
+    short_names,
+)
+from posexp.runs import RunResult, point_scaling
+from posexp.scaling import order as scaling_order
+from posexp.stats import Interval, t_interval
+
+TASK_MODE = "task"     # a task series' mode, and its region, which holds no meaning there
+NO_REGION: Region = (0, 0)
+PASSKEY = "passkey"
+WILSON = "Wilson over one seed's instances"
+
+
+@dataclass
+class TaskSeries(Series):
+    """A series of task runs: its points are the members' task points of ``task`` with its
+    RoPE scaling (``task_points``; the inherited curve ``points`` hold none).
+    ``max_length`` is the longest instance length its training drew, None when posexp does
+    not know the task."""
+
+    task: str = ""
+    max_length: int | None = None
+
+    def task_points(self, run: RunResult) -> dict[tuple[int, float | None], dict]:
+        """(length, depth) -> ``run``'s point there; of several (scored with another eval
+        seed or count), the one over the most instances."""
+        ours = [p for p in run.tasks
+                if p["task"] == self.task and point_scaling(p) == self.scaling]
+        return {(p["length"], p.get("depth")): p for p in sorted(ours, key=lambda p: p["count"])}
+
+
+def train_max_length(run: RunResult, task: str) -> int | None:
+    """The longest instance length ``run`` trained on: that of its task (identity task.name,
+    else ``task``, the one it was scored on) whose instances fit in train.seq_len."""
+    from posexp.data.tasks import get_task, max_length_within  # numpy: not at start-up
+
+    if run.train_len is None:
+        return None
+    try:
+        return max_length_within(get_task(run.identity.get("task.name") or task),
+                                 run.train_len)
+    except ValueError:  # a task posexp does not know, or no instance fits
+        return None
+
+
+def task_rank(task: str) -> tuple[int, str]:
+    """The registry's order of the tasks; tasks it does not know after, by name."""
+    from posexp.data.tasks import TASKS  # numpy: not at start-up
+
+    names = list(TASKS)
+    return (names.index(task) if task in names else len(names), task)
+
+
+def task_series(runs: list[RunResult]) -> tuple[list[TaskSeries], list[list[RunResult]]]:
+    """Every task series of ``runs``, labelled (by what differs between the series of its
+    task) and styled (the encoding's colour; a style per series of one colour), in report
+    order: task, then as build_series orders; and the groups of runs of one identity and
+    one seed, of which only the first counts."""
+    by_seed: dict[tuple, dict[object, list[RunResult]]] = defaultdict(dict)
+    for r in sorted(runs, key=lambda r: str(r.path)):
+        for task, scaling in {(p["task"], point_scaling(p)) for p in r.tasks}:
+            by_seed[(task, config_key(r), scaling)].setdefault(r.seed, []).append(r)
+    series = [TaskSeries(config, scaling, TASK_MODE, NO_REGION,
+                         [same[0] for same in seeds.values()], task=task,
+                         max_length=train_max_length(next(iter(seeds.values()))[0], task))
+              for (task, config, scaling), seeds in by_seed.items()]
+    duplicates = {tuple(str(r.path) for r in same): same for seeds in by_seed.values()
+                  for same in seeds.values() if len(same) > 1}
+    keys: dict[str, list[str]] = {}
+    for task in {s.task for s in series}:
+        ours = [s for s in series if s.task == task]
+        identities = [s.members[0].identity for s in ours]
+        keys[task] = label_keys(identities)
+        names = short_names(keys[task], set().union(*identities))
+        scalings = any(s.scaling or s.fine_tune for s in ours)
+        for s in ours:
+            s.parts = label_parts(s.members[0].identity, keys[task], names)
+            s.scalings = scalings
+
+    def order(s: TaskSeries) -> tuple:
+        ident, tuned = s.members[0].identity, s.fine_tune
+        return (task_rank(s.task), encoding_rank(s.encoding), s.encoding, s.root_len,
+                tuned is not None, s.train_len, scaling_order(tuned[1]) if tuned else (),
+                *(_order(ident.get(k)) for k in keys[s.task]), scaling_order(s.scaling))
+
+    series.sort(key=order)
+    colours = encoding_colours(list(dict.fromkeys(s.encoding for s in series)))
+    taken: Counter = Counter()
+    for s in series:
+        s.colour = colours[s.encoding]
+        s.styles = {None: STYLES[taken[(s.task, s.colour)] % len(STYLES)]}
+        taken[(s.task, s.colour)] += 1
+    return series, list(duplicates.values())
+
+
+def task_groups(series: list[TaskSeries]) -> dict[str, list[TaskSeries]]:
+    """task -> its series, in report order."""
+    groups: dict[str, list[TaskSeries]] = {}
+    for s in series:
+        groups.setdefault(s.task, []).append(s)
+    return groups
+
+
+@dataclass
+class TaskCell:
+    """One length of a task series: exact match, the mean over seeds (for passkey, of each
+    seed's mean over depths), and the best constant answer's; ``exact`` None where no
+    seed's point is applicable, and ``reason`` why."""
+
+    exact: Interval | None
+    chance: float | None = None
+    reason: str | None = None
+
+
+def exact_interval(by_seed: list[list[dict]]) -> Interval:
+    """The mean exact match of applicable points, one list per seed (one point, or one per
+    passkey depth): Student-t across two seeds or more, clipped to [0, 1]; one seed's own
+    Wilson interval, pooled over the instances of its depths when there are several."""
+    means = [sum(p["exact"] for p in points) / len(points) for points in by_seed]
+    if len(by_seed) > 1:
+        iv = t_interval(means)
+        return Interval(iv.value, max(0.0, iv.low), min(1.0, iv.high), iv.n,
+                        f"Student-t over {iv.n} seeds, clipped to [0, 1]")
+    [points] = by_seed
+    if len(points) == 1:
+        [p] = points
+        if p.get("exact_low") is None or p.get("exact_high") is None:
+            return Interval(p["exact"], None, None, 1, NO_INTERVAL)
+        return Interval(p["exact"], p["exact_low"], p["exact_high"], 1, WILSON)
+    from posexp.data.tasks import binomial_interval
+
+    hits = sum(round(p["exact"] * p["count"]) for p in points)
+    low, high = binomial_interval(hits, sum(p["count"] for p in points))
+    return Interval(means[0], low, high, 1, WILSON + " (pooled over depths)")
+
+
+def task_cells(s: TaskSeries) -> dict[int, TaskCell]:
+    """length -> the cell of task series ``s``, at every length one of its seeds was scored
+    at."""
+    by_run = [s.task_points(r) for r in s.members]
+    cells = {}
+    for length in sorted({n for points in by_run for n, _ in points}):
+        at = [[p for (n, _), p in points.items() if n == length] for points in by_run]
+        ok = [ours for points in at if (ours := [p for p in points if p["applicable"]])]
+        if not ok:
+            reasons = sorted({p.get("reason") or "not applicable" for points in at
+                              for p in points})
+            cells[length] = TaskCell(None, reason="; ".join(reasons))
+            continue
+        chance = [p["chance_exact"] for points in ok for p in points
+                  if p.get("chance_exact") is not None]
+        cells[length] = TaskCell(exact_interval(ok),
+                                 sum(chance) / len(chance) if chance else None)
+    return cells
+
+
+def passkey_grid(s: TaskSeries) -> tuple[list[int], list[float], np.ndarray]:
+    """(lengths, depths, exact) of passkey series ``s``: exact[i, j] is the mean over seeds
+    of exact match at depths[i] and lengths[j], NaN where no seed's point is applicable."""
+    by_run = [s.task_points(r) for r in s.members]
+    lengths = sorted({n for points in by_run for n, _ in points})
+    depths = sorted({d for points in by_run for _, d in points if d is not None})
+    grid = np.full((len(depths), len(lengths)), np.nan)
+    for i, depth in enumerate(depths):
+        for j, length in enumerate(lengths):
+            ok = [p["exact"] for points in by_run
+                  if (p := points.get((length, depth))) and p["applicable"]]
+            if ok:
+                grid[i, j] = sum(ok) / len(ok)
+    return lengths, depths, grid
+
+
+def acc(x: float) -> str:
+    return f"{x:.2f}"
+
+
+def task_cell_text(cell: TaskCell | None, bold: bool = False, interval: bool = True) -> str:
+    if cell is None:
+        return ""
+    return "n/a" if cell.exact is None else cell_text(cell.exact, acc, bold, interval)
+
+
+def seeds_text(s: Series) -> str:
+    n = len(s.members)
+    return f" ({n} seeds)" if n > 1 else ""
+
+
+def instances_text(series: list[TaskSeries]) -> str:
+    """How many held-out instances, of which eval seed, each point scores."""
+    points = [p for s in series for r in s.members for p in s.task_points(r).values()]
+    counts = sorted({p["count"] for p in points})
+    seeds = sorted({p["eval_seed"] for p in points})
+    per = "per length and depth" if series[0].task == PASSKEY else "per length"
+    return (f"{' or '.join(map(str, counts))} held-out instances {per} (eval seed"
+            f"{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))})")
+
+
+def length_unit(task: str) -> str | None:
+    """What a task's length counts (the task's own words); None for a task posexp does not
+    know."""
+    from posexp.data.tasks import TASKS
+
+    return TASKS[task].length_unit if task in TASKS else None
+
+
+def length_text(task: str) -> str:
+    unit = length_unit(task)
+    return f"instance length in {unit}" if unit else "instance length"
+
+
+def task_notes(series: list[TaskSeries], cells: list[dict[int, TaskCell]]) -> list[str]:
+    """The lengths not applicable to a series and why, and the series not drawn at all."""
+    lines = []
+    for s, c in zip(series, cells, strict=True):
+        if c and all(cell.exact is None for cell in c.values()):
+            reasons = "; ".join(sorted({cell.reason for cell in c.values()}))
+            lines.append(f"not drawn, no length applicable ({reasons}): {s.label} "
+                         f"({', '.join(str(r.path) for r in s.members)})")
+            continue
+        by_reason: dict[str, list[int]] = defaultdict(list)
+        for length, cell in c.items():
+            if cell.exact is None:
+                by_reason[cell.reason].append(length)
+        lines += [f"n/a ({reason}): {s.label} at {', '.join(map(str, lengths))}"
+                  for reason, lengths in by_reason.items()]
+    return lines
+
+
+def task_markdown(series: list[TaskSeries]) -> list[str]:
+    """The "Task accuracy" section: per task, exact match at each length, one row per series
+    (the best at each length in bold where series compete there), and the chance level."""
+    if not series:
+        return []
+    lines = ["## Task accuracy", "",
+             f"Exact match: the share of held-out instances whose whole answer is right "
+             f"(teacher-forced argmax, which greedy decoding's exact match equals). Mean over "
+             f"seeds [{PERCENT} interval: Student-t across the seeds with two or more, clipped "
+             f"to [0, 1]; with one, Wilson over the instances]. Bold: the best at each length "
+             f"scored for two series or more. train ≤: the longest instance length trained "
+             f"on.", ""]
+    for task, ours in task_groups(series).items():
+        cells = [task_cells(s) for s in ours]
+        lengths = sorted({n for c in cells for n in c})
+        best = {n: max(values) for n in lengths
+                if len(values := [c[n].exact.value for c in cells
+                                  if n in c and c[n].exact is not None]) > 1}
+        reasons = list(dict.fromkeys(cell.reason for c in cells for cell in c.values()
+                                     if cell.exact is None))
+        notes = {reason: f"[^{task}-{k}]" for k, reason in enumerate(reasons, 1)}
+        extra = [heading for heading, _ in ours[0].columns()]
+        words = length_unit(task) or "length"
+        lines += [f"### {task}: exact match by {words}", "",
+                  instances_text(ours) + (". Mean over the depths at each length "
+                                           "(tasks-passkey-heatmap shows each depth)."
+                                           if task == PASSKEY else "."), "",
+                  "| " + " | ".join(["encoding", "L_train", *extra, "train ≤", "seeds",
+                                     *map(str, lengths)]) + " |",
+                  "|---|---:|" + "---|" * len(extra) + "---:|" * (2 + len(lengths))]
+        for s, c in zip(ours, cells, strict=True):
+            texts = [(task_cell_text(cell, bold=cell.exact is not None
+                                      and cell.exact.value == best.get(n))
+                      + (notes[cell.reason] if cell.exact is None else ""))
+                     if (cell := c.get(n)) else "" for n in lengths]
+            values = [value.replace("|", "/") for _, value in s.columns()]
+            lines.append("| " + " | ".join([s.encoding, str(s.train_len), *values,
+                                            "?" if s.max_length is None else str(s.max_length),
+                                            str(len(s.members)), *texts]) + " |")
+        chance = [[cell.chance for c in cells if (cell := c.get(n)) and cell.chance is not None]
+                  for n in lengths]
+        if any(chance):
+            lines.append("| " + " | ".join(["chance (best constant answer)",
+                                            *[""] * (len(extra) + 3),
+                                            *(acc(sum(v) / len(v)) if v else ""
+                                              for v in chance)]) + " |")
+        lines.append("")
+        lines += [f"{mark}: {reason}" for reason, mark in notes.items()]
+        lines += [f"* {line}" for line in task_notes(ours, cells)
+                  if line.startswith("not drawn")]
+        lines.append("")
+    return lines

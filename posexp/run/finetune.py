@@ -1,0 +1,107 @@
+"""A fine-tune: a new run that starts from a completed run's weights (its parent) and trains
+on, at a longer length or with RoPE scaling.  Its identity includes its parent's identity
+and weights hash; the parent is read under its lock and must be whole."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from posexp.config import RunSpec, apply_overrides, check
+from posexp.config.derive import train_scaling
+from posexp.config.guards import parse_override, scaling_sugar
+from posexp.config.identity import SEED_KEYS
+from posexp.config.schema import EvalScalingConfig
+from posexp.errors import PosexpError, UsageError
+from posexp.run.training import state_hash
+from posexp.runs import CHECKPOINT, CONFIG, RUN, Run
+
+# what a fine-tune may change of its parent's config: how it trains on, not what it is
+FINETUNE_KEYS = ("train.", "eval.", "encoding.scaling", "seed", "device", "attention",
+                 "logger.", "results_dir", "experiment", "run_name")
+
+
+def digest(obj: object) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def parent_record(path: Path) -> dict:
+    """What a fine-tune records of the run it continues (config.ParentConfig), read under
+    that run's lock: a completed run whose checkpoint holds the weights its run.json names;
+    a UsageError or PosexpError, in one line, for anything else."""
+    if not path.is_dir():
+        raise UsageError(f"{path} is not a directory; posexp finetune continues a completed "
+                         "run directory")
+    missing = [n for n in (CONFIG, RUN) if not (path / n).is_file()]
+    if missing:
+        raise UsageError(f"{path} is not a posexp run (no {' or '.join(missing)})")
+    run = Run(path)
+    with run.lock():
+        info = run.info()
+        status = info.get("status")
+        if status != "completed":
+            advice = f" (posexp resume {path} finishes it)" if status in (
+                "running", "interrupted") else ""
+            raise UsageError(f"{path} has status {status!r}; only a completed run can be "
+                             f"fine-tuned{advice}")
+        identity = run.identity()
+        weights = state_hash(run.load_checkpoint()["model"])
+    recorded = info.get("weights_sha256")
+    if recorded is not None and recorded != weights:
+        raise PosexpError(f"{path / CHECKPOINT} does not hold the weights {path / RUN} names "
+                          f"(sha256 {weights[:12]}, run.json has {str(recorded)[:12]}); the run "
+                          "is damaged")
+    return {"run": str(path.resolve()), "identity": digest(identity),
+            "config": digest({k: v for k, v in identity.items() if k not in SEED_KEYS}),
+            "weights_sha256": weights,
+            "original_len": identity.get("parent.original_len") or identity["train.seq_len"]}
+
+
+def parent_weights(spec: RunSpec) -> dict:
+    """The weights a fine-tune starts from: its parent's, as they were when it was set up."""
+    cfg = spec.cfg
+    parent = Run(Path(cfg.parent.run))
+    try:
+        state = parent.load_checkpoint()
+    except PosexpError as e:
+        raise PosexpError(f"cannot start the fine-tune from its parent: {e}") from None
+    if state_hash(state["model"]) != cfg.parent.weights_sha256:
+        raise PosexpError(f"the weights of {parent.path} have changed since this fine-tune was "
+                          "set up; run posexp finetune again to fine-tune them as they are")
+    return state["model"]
+
+
+
+def finetune_config(parent_dir: Path, overrides: list[str]) -> DictConfig:
+    """The checked config of a fine-tune of the completed run in ``parent_dir``: the parent's
+    config (its evaluation without the parent's RoPE-scaling variants) with ``overrides``,
+    written beside the parent unless results_dir, experiment or run_name say otherwise, and
+    the parent's identity, weights hash and original length in parent.*."""
+    parent = parent_record(parent_dir)
+    saved = Run(parent_dir).config()
+    home = parent_dir.absolute()
+    with open_dict(saved):
+        saved.eval.rope_scaling = OmegaConf.structured(EvalScalingConfig)
+        saved.results_dir = str(home.parent.parent if parent_dir.is_absolute()
+                                else os.path.relpath(home.parent.parent))
+        saved.experiment = home.parent.name
+        saved.train.resume = True
+        if saved.train.get("batch_tokens") is None:  # resolved: the batch in tokens again,
+            # so that a step holds as many tokens at the new length
+            saved.train.batch_tokens = saved.train.batch_size * saved.train.seq_len
+            saved.train.batch_size = None
+    cfg = apply_overrides(saved, overrides, allowed=FINETUNE_KEYS, run_dir=parent_dir,
+                          command="finetune")
+    OmegaConf.update(cfg, "parent", parent, merge=True)
+    if not any(parse_override(scaling_sugar(o)).key_or_group == "run_name" for o in overrides):
+        parts = [f"L{cfg.train.seq_len}"] * (cfg.train.seq_len != saved.train.seq_len)
+        scaled = train_scaling(cfg)
+        if scaled is not None:
+            parts.append(f"{scaled['method']}{scaled['factor']:g}")
+        cfg.run_name = "-".join([parent_dir.name, "ft", *parts])
+    check(cfg)
+    return cfg

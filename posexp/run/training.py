@@ -1,0 +1,326 @@
+"""The training loop: AdamW with warm-up and cosine decay to the token budget, checkpoints
+every train.checkpoint_every tokens and on SIGINT/SIGTERM, exact resume (optimizer, data
+sampler and every generator's state), validation at the training length.  What a batch is
+and how validation scores comes from the run's workload (workloads.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import random
+import signal
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from omegaconf import DictConfig
+from torch.nn.parallel import DistributedDataParallel
+from tqdm.auto import tqdm
+
+from posexp.config import RunSpec
+from posexp.distributed import World, mean
+from posexp.errors import PosexpError, Stopped
+from posexp.evaluate import autocast
+from posexp.model import GPT
+from posexp.runs import Run
+from posexp.sinks import Sink
+
+
+class Diverged(PosexpError):
+    def __init__(self, step: int, last_finite: float, value: float) -> None:
+        last = f"{last_finite:.4f}" if math.isfinite(last_finite) else "none logged yet"
+        super().__init__(f"training diverged: loss became {value} at step {step} "
+                         f"(last finite loss: {last})")
+        self.fields = {"diverged_at_step": step,
+                       "last_finite_loss": last_finite if math.isfinite(last_finite) else None}
+
+
+class Interrupted(Stopped):
+    def __init__(self, signum: int, step: int,
+                 detail: str = "checkpoint saved, run the same command again to resume") -> None:
+        name = signal.Signals(signum).name
+        super().__init__(f"stopped by {name} at step {step}; {detail}")
+        self.exit_code = 128 + signum
+
+
+def lr_at(step: int, total: int, warmup: int, lr: float, min_ratio: float) -> float:
+    """Linear warmup to lr, then cosine decay to lr * min_ratio at the last step."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return lr * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def make_optimizer(model: GPT, t: DictConfig, device: torch.device) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices only (not on norms)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": t.weight_decay},
+         {"params": no_decay, "weight_decay": 0.0}],
+        lr=t.lr, betas=(t.beta1, t.beta2), fused=device.type == "cuda",
+    )
+
+
+def random_positions(batch_size: int, seq_len: int, limit: int, seed: int,
+                     step: int) -> torch.Tensor:
+    """[batch_size, seq_len] positions for step ``step`` of a run trained with randomized
+    positions (Ruoss et al., ACL 2023): each row a sorted random subset of 0..limit-1.  They
+    come from a generator of their own, seeded by (seed, step): the batches are those of the
+    same run without them, a resumed run draws the same, and at limit = seq_len every row is
+    0..seq_len-1, so the run is the one without them, weight for weight."""
+    rng = np.random.default_rng([seed, step])
+    # choice without replacement stays small for any limit (no array of ``limit`` entries)
+    rows = [np.sort(rng.choice(limit, seq_len, replace=False)) for _ in range(batch_size)]
+    return torch.from_numpy(np.stack(rows).astype(np.int64))
+
+
+CHECKPOINT_KEYS = ("model", "optimizer", "step", "tokens", "data_rng", "rng", "last", "seconds")
+
+
+def check_checkpoint(state: dict) -> None:
+    """A checkpoint to resume from holds every part of the training state."""
+    missing = [k for k in CHECKPOINT_KEYS if k not in state]
+    if missing:
+        raise PosexpError(f"the checkpoint has no {', '.join(missing)}")
+
+
+def rng_state() -> dict:
+    """Python, NumPy and torch generator states, as tensors and plain data
+    (so a checkpoint holding them still loads with weights_only=True)."""
+    version, py_state, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {
+        "python": [version, list(py_state), gauss],
+        "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached],
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    version, py_state, gauss = state["python"]
+    random.setstate((version, tuple(py_state), gauss))
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class StopSignals:
+    """Turns SIGINT/SIGTERM into a request to stop after the current step, so the loop can
+    save a checkpoint first; a second signal stops at once."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self.previous: dict[int, object] = {}
+
+    def __enter__(self) -> StopSignals:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
+                self.previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if self.received is not None:
+            raise KeyboardInterrupt
+        self.received = signum
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+
+def use_compile(cfg: DictConfig, device: torch.device) -> bool:
+    """train.compile, or when unset: on CUDA yes; on CPU no -- compiling takes longer than
+    the few minutes of a CPU run it would speed up (scripts/bench.py --compile measures it)."""
+    return device.type == "cuda" if cfg.train.compile is None else bool(cfg.train.compile)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A run's steps, in tokens a step: how many, the warm-up, and how often it validates
+    and checkpoints."""
+
+    tokens_per_step: int
+    total_steps: int
+    warmup: int
+    val_every: int
+    checkpoint_every: int
+
+    @classmethod
+    def of(cls, t: DictConfig) -> Plan:
+        per_step = t.batch_size * t.seq_len
+        total = t.tokens // per_step
+        return cls(per_step, total, min(total, t.warmup_tokens // per_step),
+                   max(1, t.val_every_tokens // per_step),
+                   max(1, t.checkpoint_every // per_step))
+
+
+class Loop:
+    """One attempt at training a run: the model (wrapped for several processes and compiled
+    where asked), its optimizer, data generator and progress, and the run it writes to
+    (None in a process that is not rank 0)."""
+
+    def __init__(self, model: GPT, workload, data, spec: RunSpec, run: Run | None,
+                 sink: Sink, device: torch.device, world: World) -> None:
+        t = spec.cfg.train
+        self.model, self.workload, self.data, self.spec = model, workload, data, spec
+        self.run, self.sink, self.device, self.world = run, sink, device, world
+        self.plan = Plan.of(t)
+        self.rows = slice(world.rank * t.batch_size // world.size,
+                          (world.rank + 1) * t.batch_size // world.size)
+        self.step_model = model
+        if world.size > 1:
+            self.step_model = DistributedDataParallel(
+                model, device_ids=[device.index] if device.type == "cuda" else None)
+        self.compiled = use_compile(spec.cfg, device)
+        if self.compiled:
+            self.step_model = torch.compile(self.step_model)
+        self.opt = make_optimizer(model, t, device)
+        self.gen = torch.Generator().manual_seed(spec.cfg.seed)
+        self.first_step, self.last, self.seconds_before = 0, {"loss": float("nan")}, 0.0
+        self.start = time.perf_counter()
+
+    def resume(self, state: dict) -> None:
+        """Continue from a checkpoint exactly where it stopped."""
+        check_checkpoint(state)
+        self.opt.load_state_dict(state["optimizer"])
+        self.gen.set_state(state["data_rng"])
+        set_rng_state(state["rng"])
+        self.first_step, self.last = state["step"], state["last"]
+        self.seconds_before = state["seconds"]
+
+    def checkpoint(self, step: int) -> None:
+        if self.run is None:
+            return
+        self.run.save_checkpoint({
+            "model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
+            "step": step, "tokens": step * self.plan.tokens_per_step,
+            "data_rng": self.gen.get_state(), "rng": rng_state(), "last": self.last,
+            "seconds": self.seconds_before + time.perf_counter() - self.start,
+        })
+
+    def step(self, step: int) -> tuple[torch.Tensor, torch.Tensor, float]:
+        """One optimizer step: (loss, gradient norm, learning rate)."""
+        t, plan = self.spec.cfg.train, self.plan
+        lr = lr_at(step, plan.total_steps, plan.warmup, t.lr, t.min_lr_ratio)
+        for group in self.opt.param_groups:
+            group["lr"] = lr
+        inputs, targets = self.workload.batch(self.data, step, self.gen, self.rows,
+                                              self.device, self.compiled)
+        positions = None
+        if t.get("random_positions") is not None:
+            positions = random_positions(t.batch_size, inputs.shape[1], t.random_positions,
+                                         self.spec.cfg.seed, step)[self.rows].to(self.device)
+        with autocast(self.device):
+            loss = self.step_model(inputs, targets, positions)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.grad_clip)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        return loss, grad_norm, lr
+
+    def log(self, done: int, loss: torch.Tensor, grad_norm: torch.Tensor, lr: float) -> None:
+        # .item() waits for the device, so only at log intervals
+        loss_value, norm_value = mean(loss, self.world), grad_norm.item()
+        elapsed = self.seconds_before + time.perf_counter() - self.start
+        if not math.isfinite(loss_value):
+            raise Diverged(done, self.last["loss"], loss_value)
+        per_step = self.plan.tokens_per_step
+        self.last = {"step": done, "tokens": done * per_step, "loss": loss_value, "lr": lr,
+                     "grad_norm": norm_value, "elapsed": round(elapsed, 3),
+                     "tok_per_s": round((done - self.first_step) * per_step
+                                        / (time.perf_counter() - self.start))}
+        self.record(self.last)
+
+    def validate(self, done: int) -> float:
+        v = self.workload.val_loss(self.model, self.data, self.device)
+        self.last["val_loss"] = v
+        self.record({"step": done, "tokens": done * self.plan.tokens_per_step, "val_loss": v})
+        return v
+
+    def record(self, record: dict) -> None:
+        if self.run is not None:
+            self.run.log(record)
+        self.sink.log(record)
+
+    def stats(self) -> dict:
+        """What run.json records of the training."""
+        plan, now = self.plan, time.perf_counter()
+        return {"train_seconds": round(self.seconds_before + now - self.start, 2),
+                "steps": plan.total_steps,
+                "tokens_trained": plan.total_steps * plan.tokens_per_step,
+                "tok_per_s": round((plan.total_steps - self.first_step) * plan.tokens_per_step
+                                   / max(1e-9, now - self.start)),
+                "final_train_loss": self.last["loss"],
+                "final_val_loss": self.last.get("val_loss")}
+
+
+def fit(model: GPT, workload, data, spec: RunSpec, run: Run | None, sink: Sink,
+        device: torch.device, progress: bool = True, resume: dict | None = None,
+        world: World = World()) -> dict:
+    """Train to the token budget, checkpointing every train.checkpoint_every tokens and on
+    SIGINT/SIGTERM; ``resume`` is a checkpoint to continue from exactly where it stopped.
+    In a world of several processes each trains on its slice of every batch, and only rank
+    0 (the one given a ``run``) writes.  train.tokens counts train.seq_len tokens a row for
+    every workload, so a step is the same for corpus and task runs."""
+    loop = Loop(model, workload, data, spec, run, sink, device, world)
+    if resume is not None:
+        loop.resume(resume)
+    t, plan = spec.cfg.train, loop.plan
+    model.train()
+    bar = tqdm(total=plan.total_steps * plan.tokens_per_step,
+               initial=loop.first_step * plan.tokens_per_step, unit="tok", unit_scale=True,
+               desc=f"{spec.cfg.encoding.name} L={t.seq_len}",
+               disable=None if progress and world.main else True, dynamic_ncols=True,
+               file=sys.stderr)
+    loop.start = time.perf_counter()
+    with StopSignals() as signals:
+        for step in range(loop.first_step, plan.total_steps):
+            loss, grad_norm, lr = loop.step(step)
+            bar.update(plan.tokens_per_step)
+            done = step + 1
+            if done % t.log_every == 0 or done == plan.total_steps:
+                loop.log(done, loss, grad_norm, lr)
+                bar.set_postfix(loss=f"{loop.last['loss']:.3f}")
+            if world.main and (done % plan.val_every == 0 or done == plan.total_steps):
+                v = loop.validate(done)
+                bar.set_postfix(loss=f"{loop.last['loss']:.3f}", val=f"{v:.3f}")
+            if done % plan.checkpoint_every == 0 or done == plan.total_steps:
+                loop.checkpoint(done)
+            if signals.received is not None:
+                if done % plan.checkpoint_every:
+                    loop.checkpoint(done)
+                bar.close()
+                raise Interrupted(signals.received, done)
+    bar.close()
+    return loop.stats()
+
+
+def to_device(x: torch.Tensor, device: torch.device) -> torch.Tensor:
+    if device.type == "cuda":  # a copy from pageable memory would wait for the GPU
+        x = x.pin_memory()
+    return x.to(device, non_blocking=True)
+
+
+def weights_hash(model: GPT) -> str:
+    """SHA-256 over every tensor of the state dict, in order: equal hashes, equal weights."""
+    return state_hash(model.state_dict())
+
+
+def state_hash(state: dict[str, torch.Tensor]) -> str:
+    """weights_hash of a state dict (a checkpoint's "model")."""
+    digest = hashlib.sha256()
+    for name, tensor in state.items():
+        digest.update(name.encode())
+        flat = tensor.detach().cpu().contiguous().reshape(-1)  # a 0-dim tensor has no byte view
+        digest.update(flat.view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()

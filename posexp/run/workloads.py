@@ -1,0 +1,305 @@
+"""What a run trains on and is scored by -- its workload.  A corpus run trains on windows of
+a token stream and is scored by perplexity at evaluation lengths (evaluate.py); a task run
+trains on generated instances of an algorithmic task and is scored by accuracy at task
+lengths (evaluate_tasks.py).  Both answer the same questions for the run's lifecycle
+(lifecycle.py, evaluation.py): the data, a training batch, the validation loss, the points
+its config asks for, how to score them and the table to print.
+
+A *want* is one point asked for: (RoPE scaling record or None, item) where the item is a
+corpus length or a task's (length, depth); ``group`` gathers wants by scaling.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from posexp import scaling
+from posexp.config import RunSpec
+from posexp.config.schema import EvalMode
+from posexp.data import Corpus, load_corpus
+from posexp.data.tasks import PAD, TaskData, heldout, training_batch
+from posexp.errors import UsageError
+from posexp.evaluate import (
+    Scoring,
+    check_val_size,
+    count_windows,
+    extrapolation_curve,
+    score_windows,
+    scored_region,
+    window_stride,
+)
+from posexp.evaluate_tasks import answer_loss, task_curve
+from posexp.model import GPT
+from posexp.run.setup import set_scaling
+from posexp.run.tables import format_curve, format_tasks
+from posexp.run.training import to_device
+from posexp.runs import Run, point_key, task_point_key
+from posexp.sinks import Sink
+
+Want = tuple  # (scaling record or None, item)
+Wanted = list[tuple[dict | None, list]]  # the items of each scaling, in order
+
+IGNORE = -100  # F.cross_entropy's ignore_index: a target that the loss leaves out
+TASK_STREAM = 1  # tells the task batches' generator from random_positions' (both (seed, step))
+VAL_INSTANCES = 64  # held-out instances of a task run's validation loss
+
+
+def group(wants: Iterable[Want]) -> Wanted:
+    """Wants as (record, items) of each scaling, in order."""
+    grouped: dict[object, tuple[dict | None, list]] = {}
+    for record, item in wants:
+        grouped.setdefault(scaling.key(record), (record, []))[1].append(item)
+    return list(grouped.values())
+
+
+def wanted_text(wanted: Wanted, item_text=str) -> str:
+    """'at length 64, 128', or per scaling '(NTK-aware x4 at 64, 128; ...)'."""
+    if len(wanted) == 1 and wanted[0][0] is None:
+        return f"at length {', '.join(map(item_text, wanted[0][1]))}"
+    return "(" + "; ".join(f"{scaling.text(scaling.key(record))} at "
+                           f"{', '.join(map(item_text, items))}"
+                           for record, items in wanted) + ")"
+
+
+@contextlib.contextmanager
+def evaluating(model: GPT) -> Iterator[None]:
+    """``model`` in eval mode inside (no dropout), its mode put back after."""
+    was = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was)
+
+
+def sample_batch(train: np.ndarray, batch_size: int, seq_len: int,
+                 gen: torch.Generator) -> torch.Tensor:
+    """[batch, seq_len + 1] tokens from random offsets, gathered in one numpy index."""
+    starts = torch.randint(0, len(train) - seq_len, (batch_size,), generator=gen).numpy()
+    return torch.from_numpy(train[starts[:, None] + np.arange(seq_len + 1)].astype(np.int64))
+
+
+def task_batch(data: TaskData, batch_size: int, seed: int, step: int,
+               fixed_width: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(inputs, targets) [batch_size, T] of step ``step`` of a task run: fresh instances of
+    lengths up to n_max (data.tasks.training_batch), T the longest one's tokens minus one --
+    or with ``fixed_width`` the longest possible one's, so that every step has one shape (a
+    compiled step is not compiled again for each width).  Targets that are not answer tokens
+    (prompt, padding) are IGNORE, so the loss counts the answer and its EOS only; padding on
+    the right changes nothing before it, in a causal model.  The generator is seeded by
+    (seed, step), so a resumed run draws the batches of an uninterrupted one."""
+    rng = np.random.default_rng([seed, step, TASK_STREAM])
+    inputs, targets, loss_mask = training_batch(data.task, rng, batch_size, data.n_max)
+    targets[~loss_mask] = IGNORE
+    if fixed_width:
+        pad = data.task.tokens_for(data.n_max) - 1 - inputs.shape[1]
+        inputs = np.pad(inputs, ((0, 0), (0, pad)), constant_values=PAD)
+        targets = np.pad(targets, ((0, 0), (0, pad)), constant_values=IGNORE)
+    return torch.from_numpy(inputs), torch.from_numpy(targets)
+
+
+class CorpusWorkload:
+    """Windows of a corpus; scored by perplexity on the same validation tokens at every
+    length."""
+
+    what = "point"
+
+    def __init__(self, spec: RunSpec) -> None:
+        self.spec = spec
+
+    def load(self) -> Corpus:
+        return load_corpus(self.spec.cfg.data)
+
+    def check(self, corpus: Corpus) -> None:
+        seq_len = self.spec.cfg.train.seq_len
+        if len(corpus.train) <= seq_len + 1:
+            raise UsageError(f"the training split has {len(corpus.train)} tokens, fewer than "
+                             f"one window of train.seq_len={seq_len}")
+        check_val_size(len(corpus.val), list(self.spec.eval_lengths), self.spec.cfg.eval.tokens)
+
+    def describe(self, corpus: Corpus) -> str:
+        t = self.spec.cfg.train
+        return f"{t.tokens:,} tokens at length {t.seq_len} ({t.batch_size} sequences a step)"
+
+    def batch(self, corpus: Corpus, step: int, gen: torch.Generator, rows: slice,
+              device: torch.device, fixed_width: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        t = self.spec.cfg.train
+        batch = to_device(sample_batch(corpus.train, t.batch_size, t.seq_len, gen)[rows], device)
+        return batch[:, :-1], batch[:, 1:]
+
+    def val_loss(self, model: GPT, corpus: Corpus, device: torch.device) -> float:
+        """Validation loss at the training length on the first train.val_tokens tokens, in
+        eval mode (it draws no random numbers, so it leaves the training run unchanged)."""
+        cfg = self.spec.cfg
+        L = cfg.train.seq_len
+        n = min(cfg.train.val_tokens, len(corpus.val) - L - 1)
+        with evaluating(model):
+            losses, _ = score_windows(model, corpus.val, L, L, L, n, cfg.eval.batch_tokens,
+                                      device)
+        return float(losses.sum()) / n
+
+    def requested(self, scalings: Iterable[dict | None],
+                  val_tokens: int | None) -> dict[tuple, Want] | None:
+        """eval.json key -> want of each point the config asks for with each scaling; None
+        when the size of the validation split is not known (a run.json from before it was
+        recorded): then every point is asked for."""
+        if not isinstance(val_tokens, int):
+            return None
+        e = self.spec.cfg.eval
+        first, n = scored_region(val_tokens, e.tokens)
+        mode = EvalMode(e.mode).value
+        return {point_key({"mode": mode, "length": L, "first_token": first, "tokens": n,
+                           "rope_scaling": record,
+                           "stride": window_stride(L, mode, e.stride)}): (record, L)
+                for record in scalings for L in self.spec.eval_lengths}
+
+    def every(self, scalings: Iterable[dict | None]) -> Wanted:
+        return [(record, list(self.spec.eval_lengths)) for record in scalings]
+
+    @staticmethod
+    def points(data: dict) -> list[dict]:
+        return data["curve"]
+
+    @staticmethod
+    def key(p: dict) -> tuple:
+        return point_key(p)
+
+    def score(self, model: GPT, corpus: Corpus, run: Run, sink: Sink, device: torch.device,
+              wanted: Wanted, progress: bool = True) -> list[dict]:
+        """The curve of every scaling and lengths of ``wanted``, each scaling's points written
+        to eval.json as soon as they are scored; the model is put back as trained."""
+        spec = self.spec
+        scoring = Scoring.of(spec.cfg.eval)
+        total = sum(count_windows(lengths, scoring, model.max_positions,
+                                  per_position=record is None) for record, lengths in wanted)
+        curve = []
+        with _bar(total, "win", f"scoring {scoring.mode}", progress) as bar, \
+                _scaled(model, spec, wanted):
+            for record, lengths in wanted:
+                if record is not None:
+                    set_scaling(model, spec, record)
+                points, per_position = extrapolation_curve(
+                    model, corpus.val, lengths, scoring, device, corpus.token_bytes,
+                    progress=bar.update, rope_scaling=record)
+                run.write_eval(points, per_position, train_seq_len=spec.cfg.train.seq_len,
+                               encoding=spec.cfg.encoding.name, corpus=corpus.fingerprint)
+                if record is None:
+                    sink.log_eval(points, per_position)
+                curve += points
+        return curve
+
+    def table(self, points: list[dict], corpus_tokenizer: str | None) -> str:
+        return format_curve(points, self.spec.cfg.train.seq_len, str(self.spec.path),
+                            per_byte=corpus_tokenizer not in (None, "byte"))
+
+
+class TaskWorkload:
+    """Generated instances of a task; scored by accuracy on held-out instances at each task
+    length (and passkey depth)."""
+
+    what = "task point"
+
+    def __init__(self, spec: RunSpec) -> None:
+        self.spec = spec
+
+    def load(self) -> TaskData:
+        return TaskData(self.spec.task, self.spec.n_max)
+
+    def check(self, data: TaskData) -> None:
+        """Instances are generated: nothing to check."""
+
+    def describe(self, data: TaskData) -> str:
+        t = self.spec.cfg.train
+        return (f"task {data.task.name} at lengths {data.task.min_length}-{data.n_max} "
+                f"(n_max: instances up to train.seq_len={t.seq_len} tokens), "
+                f"{t.batch_size} instances a step for "
+                f"{t.tokens // (t.batch_size * t.seq_len):,} steps")
+
+    def batch(self, data: TaskData, step: int, gen: torch.Generator, rows: slice,
+              device: torch.device, fixed_width: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        cfg = self.spec.cfg
+        return tuple(to_device(x[rows], device) for x in task_batch(
+            data, cfg.train.batch_size, cfg.seed, step, fixed_width))
+
+    def val_loss(self, model: GPT, data: TaskData, device: torch.device) -> float:
+        """Nats per answer token on VAL_INSTANCES held-out instances of length n_max."""
+        with evaluating(model):
+            return answer_loss(model, heldout(data.task, data.n_max, VAL_INSTANCES,
+                                              self.spec.cfg.task.eval_seed), device)
+
+    def requested(self, scalings: Iterable[dict | None],
+                  val_tokens: int | None = None) -> dict[tuple, Want]:
+        """task_point_key -> want of each task point the config asks for: every task length
+        (and for passkey every depth) with each scaling, on task.eval_count instances of
+        task.eval_seed."""
+        t, task = self.spec.cfg.task, self.spec.task
+        depths = [float(d) for d in t.depths] if task.takes_depth else [None]
+        return {task_point_key({"task": task.name, "length": n, "depth": d,
+                                "count": t.eval_count, "eval_seed": t.eval_seed,
+                                "rope_scaling": record}): (record, (n, d))
+                for record in scalings for n in self.spec.task_lengths for d in depths}
+
+    def every(self, scalings: Iterable[dict | None]) -> Wanted:
+        return group(self.requested(scalings).values())
+
+    @staticmethod
+    def points(data: dict) -> list[dict]:
+        return data["tasks"]
+
+    @staticmethod
+    def key(p: dict) -> tuple:
+        return task_point_key(p)
+
+    @staticmethod
+    def item_text(item: tuple[int, float | None]) -> str:
+        n, d = item
+        return str(n) if d is None else f"{n} at depth {d:g}"
+
+    def score(self, model: GPT, data: TaskData, run: Run, sink: Sink, device: torch.device,
+              wanted: Wanted, progress: bool = True) -> list[dict]:
+        """The task points of ``wanted``, each scaling's written to eval.json as soon as they
+        are scored; the model is put back as trained."""
+        spec, t = self.spec, self.spec.cfg.task
+        points = []
+        with _bar(sum(len(pairs) for _, pairs in wanted), "pt", f"scoring {t.name}",
+                  progress) as bar, _scaled(model, spec, wanted):
+            for record, pairs in wanted:
+                if record is not None:
+                    set_scaling(model, spec, record)
+                new = task_curve(model, data.task, pairs, t.eval_count, t.eval_seed, device,
+                                 record, progress=bar.update)
+                run.write_eval([], None, tasks=new, train_seq_len=spec.cfg.train.seq_len,
+                               encoding=spec.cfg.encoding.name, corpus=data.fingerprint)
+                points += new
+        return points
+
+    def table(self, points: list[dict], corpus_tokenizer: str | None) -> str:
+        return format_tasks(points, self.spec.n_max, str(self.spec.path))
+
+
+Workload = CorpusWorkload | TaskWorkload
+
+
+def workload_of(spec: RunSpec) -> Workload:
+    return TaskWorkload(spec) if spec.is_task_run else CorpusWorkload(spec)
+
+
+def _bar(total: int, unit: str, desc: str, progress: bool) -> tqdm:
+    return tqdm(total=total, unit=unit, desc=desc, leave=False, dynamic_ncols=True,
+                disable=None if progress else True, file=sys.stderr)
+
+
+@contextlib.contextmanager
+def _scaled(model: GPT, spec: RunSpec, wanted: Wanted) -> Iterator[None]:
+    """Puts the model back as trained after scoring ``wanted``, if it holds a scaling."""
+    try:
+        yield
+    finally:
+        if any(record is not None for record, _ in wanted):
+            set_scaling(model, spec, None)

@@ -1,0 +1,42 @@
+"""The run directory: the only reader and writer of run files.  files.py writes atomically;
+store.py is one run directory (lock, status, config, points, checkpoint); records.py reads
+files back checked; results.py reads whole runs back for ls, compare, report and claims."""
+
+from posexp.runs.files import (
+    CHECKPOINT,
+    CONFIG,
+    EVAL,
+    METRICS,
+    RUN,
+    atomic_write,
+    atomic_write_json,
+    atomic_write_text,
+    code_version,
+    now,
+    shorten,
+    versions,
+)
+from posexp.runs.points import (
+    MODES,
+    Region,
+    point_key,
+    point_scaling,
+    region,
+    task_point_key,
+)
+from posexp.runs.results import (
+    DAMAGED,
+    MISSING,
+    RunResult,
+    load_run,
+    load_runs,
+    run_dirs,
+    split_runs,
+)
+from posexp.runs.store import Run
+
+__all__ = ["CHECKPOINT", "CONFIG", "DAMAGED", "EVAL", "METRICS", "MISSING", "MODES", "RUN",
+           "Region", "Run", "RunResult", "atomic_write", "atomic_write_json",
+           "atomic_write_text", "code_version", "load_run", "load_runs", "now", "point_key",
+           "point_scaling", "region", "run_dirs", "shorten", "split_runs", "task_point_key",
+           "versions"]

@@ -1,0 +1,186 @@
+"""Runs read back: a run directory as a RunResult (its status, identity and points), every
+run under a directory, completed or not.  Reading never raises for one damaged run: it comes
+back with status "damaged" and a reason that names the file and what is wrong, so one bad
+directory cannot stop a report of the others."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from posexp.errors import PosexpError
+from posexp.runs.files import CONFIG, EVAL, RUN
+from posexp.runs.points import Region, point_scaling
+from posexp.runs.records import (
+    CORPUS_KINDS,
+    IDENTITY_KINDS,
+    MODEL_KINDS,
+    RUN_KINDS,
+    check_fields,
+    read_eval,
+)
+from posexp.runs.store import Run
+from posexp.scaling import Key as ScalingKey
+from posexp.scaling import key as scaling_key
+from posexp.scaling import order as scaling_order
+from posexp.scaling import record as scaling_record
+
+DAMAGED, MISSING = "damaged", "missing"
+
+
+@dataclass
+class RunResult:
+    """One run directory read back: run.json (``info``), and for a completed run its identity
+    (config.identity of config.yaml) and eval.json's curve points, per-position records and
+    task points (a task run's; its curve is empty).
+    A run that cannot be read has ``info`` {"status": "damaged", "reason": ...}."""
+
+    path: Path
+    info: dict
+    identity: dict = field(default_factory=dict)
+    curve: list[dict] = field(default_factory=list)
+    per_position: list[dict] = field(default_factory=list)
+    tasks: list[dict] = field(default_factory=list)  # task points (TASK_POINT_KINDS)
+
+    @property
+    def status(self) -> str:
+        return self.info.get("status", DAMAGED)
+
+    @property
+    def reason(self) -> str | None:
+        return self.info.get("reason")
+
+    @property
+    def name(self) -> str:
+        return self.info.get("name") or self.path.name
+
+    @property
+    def encoding(self) -> str | None:
+        return self.identity.get("encoding.name", self.info.get("encoding"))
+
+    @property
+    def task(self) -> str | None:
+        """The task of a task run (data=task); None for a corpus run."""
+        return self.identity.get("task.name")
+
+    @property
+    def train_len(self) -> int | None:
+        return self.identity.get("train.seq_len", self.info.get("seq_len"))
+
+    @property
+    def seed(self) -> int | None:
+        return self.identity.get("seed", self.info.get("seed"))
+
+    @property
+    def fine_tune(self) -> tuple[int, ScalingKey] | None:
+        """A fine-tune's (root training length, its training-time RoPE scaling); None for a
+        run trained from scratch."""
+        if self.identity.get("parent.identity") is None:
+            return None
+        method = self.identity.get("encoding.scaling.method")
+        params = {k.rsplit(".", 1)[1]: v for k, v in self.identity.items()
+                  if k.startswith("encoding.scaling.")}
+        return (self.identity.get("parent.original_len"),
+                scaling_key(scaling_record(method, params["factor"], params))
+                if method else None)
+
+    def scalings(self, mode: str) -> list[ScalingKey]:
+        """The RoPE scalings this run holds points of ``mode`` with, as trained first."""
+        return sorted({point_scaling(p) for p in self.curve if p["mode"] == mode},
+                      key=scaling_order)
+
+    def regions(self, mode: str, scaling: ScalingKey = None) -> list[Region]:
+        """The scored regions this run holds points of ``mode`` (and ``scaling``) on."""
+        return sorted({(p["first_token"], p["tokens"]) for p in self.curve
+                       if p["mode"] == mode and point_scaling(p) == scaling})
+
+    def points(self, mode: str, region: Region, scaling: ScalingKey = None) -> dict[int, dict]:
+        """length -> the point of ``mode`` scored on ``region`` (as trained, or with RoPE
+        ``scaling``); with several sliding strides at one length, the smallest stride (the
+        most context per token) stands for that length."""
+        out: dict[int, dict] = {}
+        ours = (p for p in self.curve
+                if p["mode"] == mode and (p["first_token"], p["tokens"]) == region
+                and point_scaling(p) == scaling)
+        for p in sorted(ours, key=lambda p: -p["stride"]):
+            out[p["length"]] = p
+        return out
+
+
+def read_identity(run: Run, info: dict) -> dict:
+    """The identity of the run in config.yaml, which must agree with what run.json says."""
+    file = run.path / CONFIG
+    if not file.is_file():
+        raise PosexpError(f"{file} does not exist")
+    ident = run.identity()
+    check_fields(file, "", ident, IDENTITY_KINDS, ("encoding.name", "train.seq_len"))
+    for key, field_name in (("encoding.name", "encoding"), ("train.seq_len", "seq_len"),
+                            ("seed", "seed")):
+        said = info.get(field_name)
+        if said is not None and ident.get(key) != said:
+            raise PosexpError(f"{file} and {run.path / RUN} disagree: {key} is "
+                              f"{ident.get(key)!r}, run.json says {field_name} {said!r}")
+    return ident
+
+
+
+
+def read_points(file: Path) -> tuple[list[dict], list[dict], list[dict]]:
+    """A completed run's eval.json (records.read_eval): it exists and holds points."""
+    if not file.is_file():
+        raise PosexpError(f"{file} does not exist")
+    data = read_eval(file)
+    if not data["curve"] and not data["tasks"]:
+        raise PosexpError(f"{file} is damaged: the curve holds no points")
+    return data["curve"], data["per_position"], data["tasks"]
+
+
+def load_run(path: Path) -> RunResult:
+    """The run in ``path`` as a report reads it: a completed run with its identity and curve;
+    another status (running, failed, ...) with its reason; a run whose run.json, config.yaml
+    or eval.json is unreadable, or holds a key missing or of another type, with status
+    "damaged"; a directory without run.json with status "missing".  Never raises for a
+    damaged run."""
+    if not (path / RUN).is_file():
+        return RunResult(path, {"status": MISSING, "reason": f"{path / RUN} does not exist"})
+    run = Run(path)
+    try:
+        info = run.info()
+        check_fields(path / RUN, "", info, RUN_KINDS, ("status",))
+        for key, kinds in (("model", MODEL_KINDS), ("corpus", CORPUS_KINDS)):
+            if info.get(key) is not None:
+                check_fields(path / RUN, f"{key}: ", info[key], kinds)
+        if info["status"] != "completed":
+            return RunResult(path, info)
+        check_fields(path / RUN, "", info, {}, ("encoding", "seq_len"))
+        ident = read_identity(run, info)
+        curve, per_position, tasks = read_points(path / EVAL)
+    except PosexpError as e:
+        return RunResult(path, {"status": DAMAGED, "reason": str(e)})
+    return RunResult(path, info, ident, curve, per_position, tasks)
+
+
+def run_dirs(root: Path) -> list[Path]:
+    """Every directory below ``root`` that holds a run.json, except inside a dot-directory
+    (runs moved aside to .replaced/, .locks/) or a W&B folder (wandb/)."""
+    found = []
+    for file in sorted(root.rglob(RUN)):
+        parts = file.relative_to(root).parts[:-1]
+        if not any(part.startswith(".") or part == "wandb" for part in parts):
+            found.append(file.parent)
+    return found
+
+
+def split_runs(results: list[RunResult]) -> tuple[list[RunResult], list[RunResult]]:
+    """(completed runs, runs that are not complete: unfinished, failed, damaged, ...)."""
+    done = [r for r in results if r.status == "completed"]
+    return done, [r for r in results if r.status != "completed"]
+
+
+def load_runs(root: Path) -> tuple[list[RunResult], list[RunResult]]:
+    """(completed runs, the others) under ``root``; a PosexpError when there is no run at all,
+    so that nothing is written for a directory that holds none."""
+    dirs = run_dirs(root)
+    if not dirs:
+        raise PosexpError(f"no posexp runs under {root}")
+    return split_runs([load_run(d) for d in dirs])

@@ -1,0 +1,161 @@
+"""RoPE context-extension methods: the one table of their names, parameters and defaults.
+
+Each method changes only RoPE's inverse frequencies (and YaRN its attention temperature);
+its formula lives in ``posexp/encodings/rope_scaling.py`` under the same name.  Everything
+else -- the config schema's parameter keys, the checks of ``eval.rope_scaling`` and
+``encoding.scaling``, the records eval.json holds, labels in tables and figures, help text
+-- reads this table.  It imports neither torch nor numpy, so ``posexp ls`` and ``report``
+stay fast.  Adding a method is an entry here and a function there.
+
+A scaling is written down as a *record* (eval.json's ``rope_scaling``, a fine-tune's
+``encoding.scaling``): its method, its factor, and the parameters that method reads, in the
+table's order.  ``key`` makes a record hashable; None stands for RoPE as trained.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+PLAIN = "plain"  # in a list of eval.rope_scaling methods: RoPE as trained, unscaled
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    default: float  # the paper's
+    what: str
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str  # eval.rope_scaling=<name>, encoding.scaling=<name>
+    label: str  # how tables and figures name it
+    source: str  # the paper (or post) the formula follows
+    params: tuple[Param, ...] = ()
+    # why a set of parameter values cannot be used (None: they can), given {name: value}
+    rule: Callable[[Mapping[str, float]], str | None] | None = None
+    follows_window: bool = False  # the frequencies depend on the window length (dynamic NTK)
+
+
+def _yarn_rule(p: Mapping[str, float]) -> str | None:
+    if p["beta_fast"] > p["beta_slow"] > 0:
+        return None
+    return f"yarn needs beta_fast > beta_slow > 0, got {p['beta_fast']}, {p['beta_slow']}"
+
+
+def _llama3_rule(p: Mapping[str, float]) -> str | None:
+    if p["high_freq_factor"] > p["low_freq_factor"] > 0:
+        return None
+    return ("llama3 needs high_freq_factor > low_freq_factor > 0, got "
+            f"{p['high_freq_factor']}, {p['low_freq_factor']}")
+
+
+METHODS: dict[str, Method] = {m.name: m for m in (
+    Method("linear", "PI", "Chen et al. 2023, Position Interpolation (arXiv:2306.15595)"),
+    Method("ntk", "NTK-aware", "bloc97 2023, NTK-aware scaled RoPE"),
+    Method("dynamic", "dynamic NTK", "emozilla 2023, dynamically scaled RoPE",
+           follows_window=True),
+    Method("yarn", "YaRN", "Peng et al., ICLR 2024 (arXiv:2309.00071)",
+           (Param("beta_fast", 32.0, "pairs turning more often than this over L keep theta"),
+            Param("beta_slow", 1.0, "pairs turning less often than this over L get theta / s")),
+           _yarn_rule),
+    Method("llama3", "Llama 3", "Meta, Llama 3.1 apply_scaling",
+           (Param("low_freq_factor", 1.0, "wavelengths above L / this are interpolated"),
+            Param("high_freq_factor", 4.0, "wavelengths below L / this are kept")),
+           _llama3_rule),
+)}
+
+
+def all_params() -> list[Param]:
+    """Every method's parameters, each once, in the table's order (the config schema's keys)."""
+    return list({p.name: p for m in METHODS.values() for p in m.params}.values())
+
+
+def names() -> str:
+    return ", ".join(METHODS)
+
+
+def record(method: str, factor: float, params: Mapping) -> dict:
+    """A scaling as posexp writes it down: the method, its factor, and the parameters that
+    method reads (from ``params``)."""
+    return {"method": method, "factor": float(factor),
+            **{p.name: float(params[p.name]) for p in METHODS[method].params}}
+
+
+Key = tuple | None  # key() of a record; None: RoPE as trained
+
+
+def key(rec: Mapping | None) -> Key:
+    """A record as a hashable key; None as trained."""
+    if rec is None:
+        return None
+    return tuple(sorted((k, v if isinstance(v, str) else float(v)) for k, v in rec.items()))
+
+
+def order(k: Key) -> tuple:
+    """A sort key: as trained first, then by method (the table's order) and factor."""
+    if k is None:
+        return (0, 0, 0.0, "")
+    rec = dict(k)
+    known = list(METHODS)
+    rank = known.index(rec["method"]) if rec["method"] in known else len(known)
+    return (1, rank, rec["factor"], str(k))
+
+
+def text(k: Key) -> str:
+    """A scaling in words: its method's label, the multiplication sign and its factor, and the
+    parameters that differ from the papers' defaults."""
+    if k is None:
+        return "as trained"
+    rec = dict(k)
+    method = METHODS.get(rec["method"])
+    defaults = {p.name: p.default for m in METHODS.values() for p in m.params}
+    params = [f"{n} {v:g}" for n, v in rec.items()
+              if n not in ("method", "factor") and v != defaults.get(n)]
+    label = method.label if method else rec["method"]
+    return f"{label} \u00d7{rec['factor']:g}" + (f" ({', '.join(params)})" if params else "")
+
+
+class RopeScaling:
+    """A validated scaling: a method of the table, its factor s >= 1 and its parameters (the
+    papers' defaults where not given).  ``RopeScaling(**record)`` reads a record back."""
+
+    __slots__ = ("factor", "method", "params")
+
+    def __init__(self, method: str, factor: float, **params: float) -> None:
+        if method not in METHODS:
+            raise ValueError(f"unknown RoPE scaling {method!r}; available: {names()}")
+        if not factor >= 1.0:
+            raise ValueError(f"RoPE scaling factor must be at least 1, got {factor}")
+        spec = METHODS[method]
+        values = {p.name: p.default for p in all_params()} | params
+        unknown = set(values) - {p.name for p in all_params()}
+        if unknown:
+            raise ValueError(f"RoPE scaling has no parameter {', '.join(sorted(unknown))}")
+        problem = spec.rule(values) if spec.rule else None
+        if problem:
+            raise ValueError(problem)
+        object.__setattr__(self, "method", method)
+        object.__setattr__(self, "factor", float(factor))
+        object.__setattr__(self, "params", {p.name: float(values[p.name]) for p in spec.params})
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("a RopeScaling is frozen")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RopeScaling) and self.record() == other.record()
+
+    def __hash__(self) -> int:
+        return hash(key(self.record()))
+
+    def __repr__(self) -> str:
+        return f"RopeScaling({self.record()})"
+
+    @property
+    def follows_window(self) -> bool:
+        """Whether the frequencies depend on the window length T (dynamic NTK)."""
+        return METHODS[self.method].follows_window
+
+    def record(self) -> dict:
+        return record(self.method, self.factor, self.params)
