@@ -124,8 +124,7 @@ def plan(overrides: list[str], config_dir: str | None = None,
     from posexp.runs import Run
 
     check_overrides(overrides, "sweep")
-    fixed = [o for o in overrides if not parse_override(o).is_sweep_override()]
-    preset = compose_overrides(fixed, config_dir, config_name, with_hydra=True,
+    preset = compose_overrides(one_job(overrides), config_dir, config_name, with_hydra=True,
                                command="sweep", resolve=False)
     params = preset.hydra.sweeper.params or {}
     jobs, globs = grid(overrides, {str(k): str(v) for k, v in params.items()},
@@ -155,6 +154,39 @@ def plan(overrides: list[str], config_dir: str | None = None,
             spec = RunSpec.of(j.cfg)
             existing(Run(spec.path), spec)
     return planned, [*run_name, *globs]
+
+
+def one_job(overrides: list[str]) -> list[str]:
+    """The overrides with each sweep replaced by its first value (a glob left out): what the
+    sweep's common config composes from (task.* needs a task, say)."""
+    from hydra.core.override_parser.types import ValueType
+
+    out = []
+    for o in overrides:
+        parsed = parse_override(o)
+        if not parsed.is_sweep_override():
+            out.append(o)
+        elif parsed.value_type != ValueType.GLOB_CHOICE_SWEEP:
+            out.append(f"{parsed.get_key_element()}={next(parsed.sweep_string_iterator())}")
+    return out
+
+
+def launcher_overrides(overrides: list[str]) -> list[str]:
+    """The overrides as Hydra's launcher gets them: a key inside a config group the sweep
+    chooses among (task.eval_count with task=copy,reverse) becomes a sweep of its one value,
+    so that Hydra sets it in each job, where the group is chosen, and not in the config it
+    composes first, where it is not."""
+    swept = {parse_override(o).get_key_element() for o in overrides
+             if parse_override(o).is_sweep_override()}
+    groups = swept & set(GROUPS)
+    out = []
+    for o in overrides:
+        parsed = parse_override(o)
+        key = parsed.get_key_element()
+        if not parsed.is_sweep_override() and key.split(".")[0] in groups and "." in key:
+            o = f"{key}=choice({o.partition('=')[2]})"
+        out.append(o)
+    return out
 
 
 def _job(overrides: list[str], run_name: list[str], config_dir: str | None,

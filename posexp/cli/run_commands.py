@@ -153,7 +153,7 @@ def sweep(ctx: typer.Context) -> None:
                               command="sweep", resolve=False)
             hydra_main(lambda cfg: None, a.hydra_argv(drop=("--multirun",)))
             return
-        from posexp.sweep import is_glob, plan, summarize, sweep_job
+        from posexp.sweep import is_glob, launcher_overrides, plan, summarize, sweep_job
 
         jobs, extra = plan(a.overrides, a.config_dir, a.config_name,
                            devices="--cfg" not in a.flags)
@@ -168,10 +168,11 @@ def sweep(ctx: typer.Context) -> None:
     except BaseException as e:
         fail(e)
     typer.echo(f"posexp sweep: {len(jobs)} runs", err=True)
-    # globs go to Hydra spelled out (in extra): exactly the options planned
-    argv = replace(a, overrides=[o for o in a.overrides if not is_glob(o)]).hydra_argv(
-        drop=("--multirun",))
-    hydra_main(sweep_job, ["--multirun", *argv, *extra])
+    # globs go to Hydra spelled out (in extra): exactly the options planned; every override
+    # before the flags (argparse takes no overrides after an option's value)
+    overrides = launcher_overrides([o for o in a.overrides if not is_glob(o)])
+    argv = replace(a, overrides=[*overrides, *extra]).hydra_argv(drop=("--multirun",))
+    hydra_main(sweep_job, ["--multirun", *argv])
     try:
         summarize([job.cfg for job in jobs])
     except BaseException as e:
