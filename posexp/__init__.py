@@ -5,7 +5,7 @@ The Python API -- what the command line is built on, for a notebook or a script:
     import posexp
 
     spec = posexp.compose(["encoding=alibi", "train.tokens=200000"])  # checked, resolved
-    posexp.run(spec)                     # trains and scores it: "completed" (or "skipped")
+    posexp.train(spec)                   # trains and scores it: "completed" (or "skipped")
     rows = posexp.curves(spec.path)      # one record per scored point (summary.csv's rows)
     frame = posexp.curves_frame("results/default")  # the same as a pandas DataFrame
     model = posexp.load_model(spec.path)  # the trained GPT, in eval mode
@@ -29,7 +29,7 @@ if typing.TYPE_CHECKING:
 
 __version__ = "0.1.0"
 __all__ = ["__version__", "compose", "curves", "curves_frame", "load_model", "load_run",
-           "load_runs", "run"]
+           "load_runs", "train"]
 
 
 def __dir__() -> list[str]:
@@ -49,12 +49,13 @@ def compose(overrides: Sequence[str] = (), config_dir: str | Path | None = None)
     return RunSpec.of(cfg)
 
 
-def run(spec: RunSpec, progress: bool = True) -> str:
+def train(spec: RunSpec, progress: bool = True) -> str:
     """Train and score ``spec`` as posexp train does (same identity, lock, skip or resume):
-    "completed", "scored" (only missing points were computed) or "skipped"."""
-    from posexp.run import run as run_spec
+    "completed", "scored" (only missing points were computed) or "skipped".  (The function
+    is named for the command: posexp.run is the package of a run's lifecycle.)"""
+    from posexp.run import run
 
-    return run_spec(spec, progress=progress)
+    return run(spec, progress=progress)
 
 
 def load_run(path: str | Path) -> RunResult:

@@ -170,3 +170,29 @@ def score_curve(model, val, lengths, mode, stride, n_tokens, batch_tokens=32_768
                                        per_position_buckets),
                                device or torch.device("cpu"), token_bytes, progress,
                                rope_scaling)
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory, cache_dir) -> Path:
+    """The files the bad inputs of tests/bad_inputs.py point at, written once per module."""
+    from tests.bad_inputs import make_inputs
+
+    d = tmp_path_factory.mktemp("inputs")
+    old = os.environ.get("POSEXP_CACHE")
+    os.environ["POSEXP_CACHE"] = str(cache_dir)
+    try:
+        make_inputs(d)
+    finally:
+        if old is None:
+            os.environ.pop("POSEXP_CACHE")
+        else:
+            os.environ["POSEXP_CACHE"] = old
+    return d
+
+
+@pytest.fixture
+def listed_runs(tmp_path):
+    """Six runs of one experiment, one of each status ls tells apart (runs_on_disk.six_runs)."""
+    from tests.runs_on_disk import six_runs
+
+    return six_runs(tmp_path)

@@ -62,3 +62,22 @@ def write_run(path: Path, overrides: list[str], curve: list[dict], status: str =
 def losses(level: float, n: int = 512, seed: int = 0) -> np.ndarray:
     """Per-token losses around ``level`` nats, fixed by ``seed``."""
     return level + 0.5 * np.random.default_rng(seed).standard_normal(n)
+
+
+def six_runs(tmp_path: Path) -> tuple[Path, list[dict]]:
+    """Six runs of one experiment, one of each status ls tells apart."""
+    root = tmp_path / "out"
+    exp = root / "exp"
+    curve = [curve_point("nonoverlapping", L, losses(1.5 + L / 100, seed=L)) for L in (16, 32, 64)]
+    write_run(exp / "alibi-L16-s0", ["encoding=alibi"], curve)
+    write_run(exp / "learned-L16-s0", ["encoding=learned"],
+              [curve[0], not_applicable(32, 512), not_applicable(64, 512)])
+    write_run(exp / "rope-L16-s1", ["encoding=rope", "seed=1"], [], status="running")
+    write_run(exp / "nope-L16-s0", ["encoding=nope"], [], status="failed",
+              reason="RuntimeError: CUDA out of memory. Tried to allocate 20.00 GiB; "
+                     "GPU 0 has a total capacity of 79.10 GiB of which 3.2 GiB is free")
+    write_run(exp / "sinusoidal-L16-s0", ["encoding=sinusoidal"], curve)
+    (exp / "sinusoidal-L16-s0" / "eval.json").write_text('{"curve": [')
+    write_run(exp / "rope-L16-s0", ["encoding=rope"], [], status="diverged",
+              reason="training diverged: loss became nan at step 5 (last finite loss: 4.1)")
+    return root, curve

@@ -1,0 +1,46 @@
+"""Reports, the claim suite's verdicts and the sweep summary, on synthetic run directories.
+
+Each run directory is written as posexp writes one (config.yaml of a composed config,
+run.json, eval.json) with chosen perplexities, so every number a test checks is known.
+Only two tests go through the real CLI.
+"""
+from posexp import config as C
+from tests.unit.test_report import (  # noqa: F401
+    NO,
+    REGION,
+    SMALL,
+    VERSIONS,
+    config_text,
+    curve,
+    make_run,
+    point,
+    write_run,
+)
+
+C.register()
+
+
+# --- through the CLI ---------------------------------------------------------------------
+def test_cli_report_of_a_directory_without_runs(posexp, tmp_path):
+    (tmp_path / "empty").mkdir()
+    r = posexp("report", "empty")
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr.splitlines() == ["posexp: error: no posexp runs under empty"]
+    assert list((tmp_path / "empty").iterdir()) == []
+
+
+def test_cli_report_names_a_damaged_run_and_reports_the_rest(posexp, tmp_path):
+    make_run(tmp_path / "res", "good", ppl={16: 4.0, 32: 5.0, 64: 6.0})
+    bad = make_run(tmp_path / "res", "bad")
+    (bad / "run.json").write_text('{"status": "completed", "encoding": "rope"}')
+    r = posexp("report", "res")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.splitlines() == [
+        "posexp: warning: not included: res/bad/run.json is damaged: no 'seq_len'"]
+    assert "1 completed runs, 1 not included" in r.stdout
+    report = tmp_path / "res" / "report"
+    assert (report / "extrapolation_nonoverlapping.png").stat().st_size > 10_000
+    md = (report / "summary.md").read_text()
+    assert "| rope | 16 | 1 | **4.000** | 5.000 | 6.000 |" in md
+    assert "| rope | 16 | 1 | **1.000** | 1.250 | 1.500 |" in md
+    assert "| res/bad | damaged | res/bad/run.json is damaged: no 'seq_len' |" in md

@@ -1,0 +1,65 @@
+"""Every extension point is one registry, and the registries agree with the config files and
+with each other: invariants, not lists, so that adding an entry needs no test edit."""
+import dataclasses
+from pathlib import Path
+
+import yaml
+
+from posexp import scaling
+from posexp.claims import CLAIM_SETS
+from posexp.claims.preset import load_preset
+from posexp.config import CONFIG_DIR
+from posexp.config.schema import ScalingParams
+from posexp.data.tasks import TASKS
+from posexp.encodings import ENCODINGS
+from posexp.encodings.rope_scaling import FREQUENCIES
+from posexp.report import FIGURES
+
+CONFIGS = Path(CONFIG_DIR)
+
+
+def stems(group: str) -> set[str]:
+    return {p.stem for p in (CONFIGS / group).glob("*.yaml")}
+
+
+def test_every_task_has_its_config_and_back():
+    assert stems("task") == set(TASKS)
+    for name, task in TASKS.items():
+        config = yaml.safe_load((CONFIGS / "task" / f"{name}.yaml").read_text())
+        assert config["name"] == name and config["defaults"] == ["task_schema"]
+        assert task.length_unit and task.description
+    assert len({t.task_id for t in TASKS.values()}) == len(TASKS)
+
+
+def test_every_encoding_has_its_config_and_back():
+    assert stems("encoding") == set(ENCODINGS)
+    for attribute in ("order", "colour", "label"):
+        values = [str(getattr(s, attribute)).lower() for s in ENCODINGS.values()]
+        assert len(set(values)) == len(values), attribute
+
+
+def test_every_scaling_method_has_its_formula_and_its_parameters_their_keys():
+    assert set(FREQUENCIES) == set(scaling.METHODS)
+    assert [f.name for f in dataclasses.fields(ScalingParams)] == [
+        p.name for p in scaling.all_params()]
+    for method in scaling.METHODS.values():
+        defaults = {p.name: p.default for p in method.params}
+        assert method.rule is None or method.rule(defaults) is None, method.name
+        assert scaling.RopeScaling(method.name, 2.0).params == defaults
+
+
+def test_every_preset_is_of_a_registered_claim_set_and_loads():
+    presets = stems("reproduce")
+    assert presets
+    used = set()
+    for name in presets:
+        preset, claim_set = load_preset(name)
+        assert claim_set.name == (preset.get("claims") or "press")
+        assert claim_set.sections(preset)  # every preset judges something
+        used.add(claim_set.name)
+    assert used == set(CLAIM_SETS)  # and every claim set has a shipped preset
+
+
+def test_figures_have_names_and_places_of_their_own():
+    assert len({f.name for f in FIGURES}) == len({f.order for f in FIGURES}) == len(FIGURES)
+    assert [f.order for f in FIGURES] == sorted(f.order for f in FIGURES)

@@ -1,0 +1,526 @@
+"""The claim suite's verdicts, on synthetic run directories whose perplexities are chosen.
+
+Each point holds block losses (as evaluate.py writes them), so the intervals the verdicts
+use -- Student-t over seeds, or the paired bootstrap over blocks for one seed -- are computed
+from known numbers.
+"""
+import dataclasses
+import functools
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from omegaconf import DictConfig, OmegaConf
+
+import posexp.run
+from posexp import config as C
+from posexp import scaling, stats
+from posexp.claims import reproduce, verdicts
+from posexp.claims.base import FAILS, HOLDS, INCONCLUSIVE, UNMEASURED
+from posexp.claims.preset import load_preset, preset_runs, preset_seeds, report_dir
+from posexp.config import CONFIG_DIR, compose_overrides, derive, schema
+from posexp.errors import PosexpError, UsageError
+from posexp.runs import load_runs
+from tests.conftest import compose_args as compose
+
+C.register()
+
+
+SMALL = ("model.d_model=32", "model.n_layer=1", "model.n_head=2")
+
+
+NO, SL = "nonoverlapping", "sliding"
+
+
+REGION = (1000, 512)  # (first_token, tokens)
+
+
+VERSIONS = {"posexp": "0.1.0", "python": "3.11.7", "torch": "2.13.0"}
+
+
+THRESHOLDS = {"sinusoidal_blowup_at": 4, "sinusoidal_blowup": 2.0, "rope_between_at": [2, 4],
+              "alibi_flat_at": [2, 4], "alibi_flat": 1.05, "nope_margin": 0.1}
+
+
+PRESET = OmegaConf.create({"train_seq_len": 16, "thresholds": THRESHOLDS})
+
+
+# perplexity at 1, 2, 4 x L (and 8 x L = 128 for sinusoidal trained at 2L)
+CLAIM_RUNS = {
+    ("sinusoidal", 16): {16: 5.0, 32: 9.0, 64: 15.0},
+    ("rope", 16): {16: 4.0, 32: 4.5, 64: 6.0},
+    ("alibi", 16): {16: 5.0, 32: 5.0, 64: 5.1},
+    ("learned", 16): {16: 4.5, 32: None, 64: None},
+    ("nope", 16): {16: 7.0, 32: 7.5, 64: 9.0},
+    ("sinusoidal", 32): {32: 8.0, 64: 12.0, 128: 20.0},
+}
+
+
+# the scored text's own difficulty, block by block: the same for every point of a region
+TEXT = np.random.default_rng(0).normal(0, 0.3, 64)
+
+
+@functools.lru_cache
+def config_text(overrides: tuple[str, ...]) -> str:
+    cfg = compose_overrides(list(overrides))
+    C.check(cfg)
+    return OmegaConf.to_yaml(C.resolve(cfg), resolve=True)
+
+
+def point(mode: str, length: int, ppl: float | None, region=REGION, noise=0.0) -> dict:
+    """A curve point as evaluate.py writes it, whose blocks' losses are log(ppl) plus the
+    text's difficulty (centred, so the point's perplexity is ``ppl``) and ``noise``."""
+    first, tokens = region
+    p = {"mode": mode, "length": length, "stride": length if mode == NO else length // 2,
+         "first_token": first, "tokens": tokens, "applicable": ppl is not None,
+         "reason": None if ppl is not None else f"positions stop before {length}",
+         "loss": None, "ppl": ppl, "bits_per_token": None, "bits_per_byte": None,
+         "seconds": 0.5}
+    if ppl is not None:
+        n = tokens // 64
+        per_block = math.log(ppl) + TEXT - TEXT.mean() + noise * np.random.default_rng(
+            length).normal(0, 1, 64)
+        per_block += math.log(ppl) - per_block.mean()
+        p["block_loss"] = (per_block * n).tolist()
+        p["block_tokens"] = [n] * 64
+        p["loss"] = math.log(ppl)
+        p["ppl_low"], p["ppl_high"] = stats.ppl_interval(p)
+    return p
+
+
+def curve(ppl: dict, mode: str = NO, region=REGION, noise=0.0) -> list[dict]:
+    return [point(mode, length, v, region, noise) for length, v in ppl.items()]
+
+
+def write_run(path: Path, text: str, points: list[dict], **info) -> Path:
+    cfg = OmegaConf.create(text)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.yaml").write_text(text)
+    (path / "run.json").write_text(json.dumps({
+        "status": "completed", "name": path.name, "experiment": path.parent.name,
+        "encoding": cfg.encoding.name, "seq_len": cfg.train.seq_len, "seed": cfg.seed,
+        "n_params": 12345, "device": "cpu", "versions": VERSIONS, **info}))
+    (path / "eval.json").write_text(json.dumps({"curve": points, "per_position": []}))
+    return path
+
+
+def make_run(root: Path, encoding: str, seq_len: int, seed: int, points: list[dict],
+             *overrides: str, suffix: str = "", **info) -> Path:
+    text = config_text((f"encoding={encoding}", f"train.seq_len={seq_len}", f"seed={seed}",
+                        *SMALL, *overrides))
+    return write_run(root / f"{encoding}-L{seq_len}-s{seed}{suffix}", text, points, **info)
+
+
+def claim_runs(root: Path, seeds=(0,), skip=(), regions=None, sliding=None, scale=None,
+               noise=0.0, speed=None) -> list:
+    """The preset's six runs at each seed; ``scale(enc, L, seed)`` multiplies a run's
+    perplexities past its training length (seed-to-seed variation); ``speed(enc, seed)`` is
+    the training speed a run records."""
+    for seed in seeds:
+        for (enc, L), ppl in CLAIM_RUNS.items():
+            if (enc, L) in skip:
+                continue
+            f = scale(enc, L, seed) if scale else 1.0
+            ppl = {n: (v if v is None or n == L else v * f) for n, v in ppl.items()}
+            region = (regions or {}).get((enc, L), REGION)
+            points = curve(ppl, region=region, noise=noise)
+            if enc == "alibi":
+                points += curve(sliding or {16: 4.0, 32: 4.0, 64: 4.1}, SL, region, noise)
+            info = {"tok_per_s": speed(enc, seed)} if speed else {}
+            make_run(root, enc, L, seed, points, **info)
+    return load_runs(root)[0]
+
+
+def by_number(rows) -> dict[int, object]:
+    return {int(v.claim.split(".")[0]): v for v in rows}
+
+
+def test_three_seeds_give_t_intervals_and_verdicts(tmp_path):
+    # seeds spread every run's degradation by +-2%: far from every threshold but claim 3's
+    v = by_number(verdicts(claim_runs(tmp_path, seeds=(0, 1, 2),
+                                      scale=lambda e, L, s: 1 + 0.02 * (s - 1)), PRESET, 512))
+    assert {n: v[n].verdict for n in v} == {1: HOLDS, 2: HOLDS, 3: INCONCLUSIVE, 4: HOLDS,
+                                            5: FAILS, 6: HOLDS}
+    assert v[1].interval == "Student-t over seeds 0, 1, 2 (log scale)"
+    # sinusoidal ppl(4L)/ppl(L) = 3 x (0.98, 1.00, 1.02): t(2) interval of the log ratios
+    expected = stats.t_interval([2.94, 3.0, 3.06], log=True)
+    assert v[1].measured == f"sinusoidal ppl(4L)/ppl(L) = {expected.text(3)}"
+    assert expected.low < 3.0 < expected.high
+    assert v[1].source.startswith("Press et al.") and "Fig. 1" in v[1].source
+    assert v[1].threshold.startswith("sinusoidal ppl(4L)/ppl(L) >= 2 (")
+    # claim 3: alibi's 4L ratio is 1.02 +- 2%: its interval reaches past 1.05, so inconclusive
+    assert "alibi ppl(4L)/ppl(L) = 1.020 [" in v[3].measured
+    assert v[5].source.startswith("Haviv et al.") and v[6].source.startswith("Kazemnejad")
+
+
+def test_a_claim_that_straddles_its_threshold_is_inconclusive(tmp_path):
+    # sinusoidal blows up 2.7x with seed 0 and only 1.5x with seed 1: the interval spans 2
+    def scale(enc, L, seed):
+        return (0.9 if seed == 0 else 0.5) if enc == "sinusoidal" and L == 16 else 1.0
+
+    v = by_number(verdicts(claim_runs(tmp_path, seeds=(0, 1), scale=scale), PRESET, 512))
+    assert v[1].verdict == INCONCLUSIVE
+    low, high = (float(x) for x in v[1].measured.split("[")[1].rstrip("]").split(", "))
+    assert low < 2.0 < high
+
+
+def test_identical_seeds_decide_on_the_value(tmp_path):
+    v = by_number(verdicts(claim_runs(tmp_path, seeds=(0, 1, 2)), PRESET, 512))
+    assert v[1].measured == "sinusoidal ppl(4L)/ppl(L) = 3.000 [3.000, 3.000]"
+    assert {n: v[n].verdict for n in v} == {1: HOLDS, 2: HOLDS, 3: HOLDS, 4: HOLDS, 5: FAILS,
+                                            6: HOLDS}
+
+
+def test_one_seed_uses_the_paired_bootstrap(tmp_path):
+    # every point carries the same text difficulty: a ratio of two points cancels it, so the
+    # intervals are exact however hard the text is
+    v = by_number(verdicts(claim_runs(tmp_path), PRESET, 512))
+    assert v[1].interval == "one seed (0): bootstrap over the scored text's blocks"
+    assert v[1].measured == "sinusoidal ppl(4L)/ppl(L) = 3.000 [3.000, 3.000]"
+    # with noise of its own at each length, the interval opens up around the value
+    noisy = by_number(verdicts(claim_runs(tmp_path / "noisy", noise=0.5), PRESET, 512))
+    value, interval = noisy[1].measured.split(" = ")[1].split(" [")
+    low, high = (float(x) for x in interval.rstrip("]").split(", "))
+    assert low < float(value) < high and high - low > 0.3
+
+
+def test_old_points_without_blocks_are_inconclusive_not_guessed(tmp_path):
+    runs = claim_runs(tmp_path)
+    for r in runs:
+        for p in r.curve:
+            p.pop("block_loss", None), p.pop("block_tokens", None)
+    v = by_number(verdicts(runs, PRESET, 512))
+    assert v[1].verdict == INCONCLUSIVE
+    assert v[1].measured == ("sinusoidal ppl(4L)/ppl(L) = 3.000 (no interval: rescore with "
+                             "posexp eval RUN)")
+
+
+def test_a_claim_that_lost_a_run_is_not_measured(tmp_path):
+    v = by_number(verdicts(claim_runs(tmp_path, skip={("rope", 16)}), PRESET, 512))
+    assert v[2].verdict == v[5].verdict == UNMEASURED
+    assert v[2].measured == ("not measured: no completed run of rope L=16 with nonoverlapping "
+                             "points")
+    assert v[1].verdict == HOLDS
+
+
+def test_claims_compare_only_seeds_every_run_has(tmp_path):
+    claim_runs(tmp_path, seeds=(0, 1))
+    claim_runs(tmp_path, seeds=(2,), skip=set(CLAIM_RUNS) - {("sinusoidal", 16)})
+    v = by_number(verdicts(load_runs(tmp_path)[0], PRESET, 512))
+    assert v[1].interval == "Student-t over seeds 0, 1, 2 (log scale)"
+    assert v[2].interval == "Student-t over seeds 0, 1 (log scale)"
+
+
+def test_verdicts_never_combine_scored_regions(tmp_path):
+    runs = claim_runs(tmp_path, regions={("sinusoidal", 32): (3000, 512)})
+    v = by_number(verdicts(runs, PRESET, 512))
+    assert v[4].verdict == UNMEASURED
+    assert v[4].measured.startswith("not measured: no scored region of 512 tokens common to "
+                                    "its runs (alibi L=16 nonoverlapping: 512 tok @ 1000; "
+                                    "sinusoidal L=32 nonoverlapping: 512 tok @ 3000)")
+    assert v[1].verdict == HOLDS
+    v = by_number(verdicts(runs, PRESET, 256))
+    assert all(v[n].verdict == UNMEASURED for n in v)
+
+
+def test_verdicts_never_combine_modes(tmp_path):
+    # sliding is flat against nonoverlapping ppl(L)=5 but not against its own ppl(L)=4
+    v = by_number(verdicts(claim_runs(tmp_path, sliding={16: 4.0, 32: 6.0, 64: 6.0}), PRESET,
+                           512))
+    assert v[3].verdict == FAILS
+    assert "alibi sliding ppl(2L)/ppl(L) = 1.500 [1.500, 1.500]" in v[3].measured
+
+
+def _fake_experiment(calls: list, fail: str):
+    """experiment.run writing a completed synthetic run (or failing for encoding ``fail``)."""
+
+    def run(spec, progress: bool = True, group: str | None = None) -> str:
+        cfg = spec.cfg
+        calls.append((cfg.encoding.name, cfg.train.seq_len, cfg.seed,
+                      C.EvalMode(cfg.eval.mode).value))
+        if cfg.encoding.name == fail:
+            raise PosexpError(f"cannot read the corpus for {fail}\nsecond line")
+        path = Path(cfg.results_dir) / cfg.experiment / cfg.run_name
+        ppl = CLAIM_RUNS[(cfg.encoding.name, cfg.train.seq_len)]
+        mode = C.EvalMode(cfg.eval.mode).value
+        points = curve({L: ppl.get(L, 50.0) for L in derive.eval_lengths(cfg)}, mode)
+        if (path / "eval.json").exists():
+            points = json.loads((path / "eval.json").read_text())["curve"] + points
+        write_run(path, OmegaConf.to_yaml(C.resolve(cfg), resolve=True), points)
+        return "completed"
+
+    return run
+
+
+def write_preset(path: Path, **fields) -> Path:
+    path.write_text(json.dumps({
+        "experiment": "claims", "train_seq_len": 16, "description": "tiny", "seeds": [0, 1],
+        "overrides": ["train.seq_len=16", *SMALL, "eval.tokens=512", "eval.lengths=[16,32,64]"],
+        "runs": [["encoding=sinusoidal"], ["encoding=rope"], ["encoding=alibi"],
+                 ["encoding=learned"], ["encoding=nope"],
+                 ["encoding=sinusoidal", "train.seq_len=32", "eval.lengths=[32,64]"]],
+        "thresholds": THRESHOLDS, **fields}))
+    return path
+
+
+def test_reproduce_runs_every_seed_and_fails_at_the_end(tmp_path, monkeypatch, capsys):
+    preset = write_preset(tmp_path / "tiny.yaml")
+    calls: list = []
+    monkeypatch.setattr(posexp.run, "run", _fake_experiment(calls, fail="rope"))
+    with pytest.raises(PosexpError, match=r"^2 of 12 runs failed; their claims are not "
+                                          r"measured$"):
+        reproduce(str(preset), tmp_path / "out")
+    # every other run was trained and scored in both modes at both seeds
+    assert len(calls) == 2 * (5 * 2 + 1)
+    assert {c[2] for c in calls} == {0, 1}
+    report = tmp_path / "out" / "claims" / "report"
+    v = json.loads((report / "verdicts.json").read_text())
+    assert v["seeds"] == [0, 1]
+    got = {int(x["claim"].split(".")[0]): x["verdict"] for x in v["verdicts"]}
+    assert got == {1: HOLDS, 2: UNMEASURED, 3: HOLDS, 4: HOLDS, 5: UNMEASURED, 6: HOLDS}
+    md = (report / "verdicts.md").read_text()
+    assert "## Claims of Press et al." in md and "## Claims about no positional encoding" in md
+    assert "## A property, not a claim\n\nLearned absolute positions have no row past their " \
+           "table (L = 16): posexp reports n/a rather than clamping positions (here at 32, " \
+           "64)." in md
+    assert "| package | version |\n|---|---|\n| posexp | 0.1.0 |\n| python | 3.11.7 |" in md
+    assert "Intervals: Student-t over seeds 0, 1 (log scale)." in md
+    out = capsys.readouterr().out
+    assert "1. Sinusoidal positions do not extrapolate\n    HOLDS: sinusoidal ppl(4L)/ppl(L)" \
+        in out
+
+
+@pytest.mark.parametrize("fields,message", [
+    ({"seeds": [0, 0]}, "seeds must be a list of distinct non-negative integers"),
+    ({"seeds": [-1]}, "seeds must be a list of distinct non-negative integers"),
+    ({"seeds": []}, "seeds must be a list of distinct non-negative integers"),
+    ({"seeds": 3}, "seeds must be a list, got 3"),
+    ({"overrides": ["seed=3"]}, "set the seeds in its seeds: list, not as seed="),
+])
+def test_preset_seeds_are_checked(tmp_path, fields, message):
+    preset = write_preset(tmp_path / "bad.yaml", **fields)
+    with pytest.raises(UsageError, match=message):
+        reproduce(str(preset), tmp_path / "out")
+
+
+def test_a_preset_without_seeds_runs_seed_0(tmp_path):
+    preset = OmegaConf.create({"overrides": [], "runs": [["encoding=rope"]]})
+    assert preset_seeds(preset, "p") == [0]
+    assert preset_seeds(OmegaConf.merge(preset, {"seeds": [2, 1]}), "p") == [2, 1]
+
+
+# --- T5's claims and the fair baseline (claims 7-9 of the press set) -----------------------
+LATER = OmegaConf.create({"train_seq_len": 16, "thresholds": {
+    **THRESHOLDS, "t5_flat_at": [2, 4], "t5_flat": 1.05, "fair_baseline": 1.0}})
+
+
+def t5_runs(root: Path, seeds=(0, 1, 2), t5=None, speed=None) -> list:
+    """The press runs and a T5 run at each seed; ALiBi trains at 30,000 tokens/s (+-1,000
+    over the seeds), T5 at 20,000."""
+    speed = speed or (lambda enc, seed: 29000 + 1000 * seed if enc == "alibi" else 25000)
+    for seed in seeds:
+        make_run(root, "t5", 16, seed, curve(t5 or {16: 6.0, 32: 6.06, 64: 6.24}),
+                 tok_per_s=20000)
+    return claim_runs(root, seeds=seeds, speed=speed)
+
+
+def test_t5_and_fair_baseline_claims_on_known_perplexities(tmp_path):
+    v = by_number(verdicts(t5_runs(tmp_path), LATER, 512))
+    assert (v[7].verdict, v[8].verdict, v[9].verdict) == (HOLDS, HOLDS, FAILS)
+    assert v[7].measured == ("t5 ppl(2L)/ppl(L) = 1.010 [1.010, 1.010]; "
+                             "t5 ppl(4L)/ppl(L) = 1.040 [1.040, 1.040]")
+    expected = stats.t_interval([29000 / 20000, 30000 / 20000, 31000 / 20000], log=True)
+    assert v[8].measured == f"alibi / t5 training tokens per second = {expected.text(3)}"
+    assert v[8].source.endswith("Table 1") and v[7].source.endswith("(the T5 bias column)")
+    # sinusoidal 5.0 against learned 4.5 at L: not a fair baseline
+    assert v[9].measured == "sinusoidal ppl(L) / learned ppl(L) = 1.111 [1.111, 1.111]"
+    assert v[9].source.startswith("Vaswani et al.") and "(E)" in v[9].source
+    # T5 that climbs 20% by 4L does not hold
+    v = by_number(verdicts(t5_runs(tmp_path / "climbs", t5={16: 6.0, 32: 6.3, 64: 7.2}),
+                           LATER, 512))
+    assert v[7].verdict == FAILS
+
+
+def test_a_speed_claim_from_one_seed_has_no_interval(tmp_path):
+    v = by_number(verdicts(t5_runs(tmp_path, seeds=(0,)), LATER, 512))
+    assert v[8].verdict == INCONCLUSIVE
+    assert v[8].measured == ("alibi / t5 training tokens per second = 1.450 (no interval: a "
+                             "speed has none from one seed)")
+    # a run that recorded no speed: the claim is not measured, and says whose speed is missing
+    runs = t5_runs(tmp_path / "none", speed=lambda enc, seed: None if seed == 1 else 1000)
+    v = by_number(verdicts(runs, LATER, 512))
+    assert v[8].verdict == UNMEASURED
+    assert v[8].measured == "not measured: alibi L=16 (seed 1) recorded no training speed"
+
+
+def test_a_preset_without_the_later_thresholds_has_claims_1_to_6(tmp_path):
+    v = by_number(verdicts(t5_runs(tmp_path), PRESET, 512))
+    assert sorted(v) == [1, 2, 3, 4, 5, 6]
+
+
+# --- the encodings claim set ---------------------------------------------------------------
+ENCODINGS = OmegaConf.create({"claims": "encodings", "train_seq_len": 16, "thresholds": {
+    "degradation_at": 4, "far_at": 4, "random_positions": 64,
+    "randomized": ["rope", "sinusoidal"]}})
+
+
+def encodings_runs(root: Path, seeds=(0, 1)) -> list:
+    """Plain runs of six encodings and randomized runs (M = 64) of RoPE and sinusoidal:
+    randomized RoPE degrades less than plain RoPE, randomized sinusoidal more."""
+    plain = {"rope": {16: 4.0, 64: 6.0}, "sinusoidal": {16: 5.0, 64: 15.0},
+             "xpos": {16: 4.0, 64: 5.0}, "alibi": {16: 5.0, 64: 5.1},
+             "kerple_log": {16: 4.9, 64: 4.9}, "fire": {16: 5.0, 64: 5.5}}
+    random = {"rope": {16: 4.2, 64: 4.6}, "sinusoidal": {16: 5.0, 64: 20.0}}
+    for seed in seeds:
+        for enc, ppl in plain.items():
+            make_run(root, enc, 16, seed, curve(ppl))
+        for enc, ppl in random.items():
+            make_run(root, enc, 16, seed, curve(ppl), "train.random_positions=64",
+                     suffix="-random64")
+    return load_runs(root)[0]
+
+
+def test_encodings_claims_compare_each_run_with_its_baseline(tmp_path):
+    v = by_number(verdicts(encodings_runs(tmp_path), ENCODINGS, 512))
+    assert {n: v[n].verdict for n in v} == {10: HOLDS, 11: FAILS, 12: HOLDS, 13: HOLDS,
+                                            14: FAILS}
+    # (4.6/4.2) / (6/4) and (20/5) / (15/5): each randomized run against its own plain run
+    assert v[10].measured == "rope randomized/plain degradation at 4L = 0.730 [0.730, 0.730]"
+    assert v[11].measured == ("sinusoidal randomized/plain degradation at 4L = 1.333 "
+                              "[1.333, 1.333]")
+    assert v[12].measured == "xpos/rope degradation at 4L = 0.833 [0.833, 0.833]"
+    assert v[13].measured == "kerple_log/alibi ppl(4L) = 0.961 [0.961, 0.961]"
+    assert v[10].source.startswith("Ruoss et al.") and v[12].source.startswith("Sun et al.")
+    assert v[13].source.startswith("Chi et al.") and v[14].source.startswith("Li et al.")
+    assert v[10].interval == "Student-t over seeds 0, 1 (log scale)"
+
+
+def test_a_missing_randomized_run_is_named_with_its_positions(tmp_path):
+    runs = [r for r in encodings_runs(tmp_path) if not r.name.startswith("rope-L16-s0-random")
+            and not r.name.startswith("rope-L16-s1-random")]
+    v = by_number(verdicts(runs, ENCODINGS, 512))
+    assert v[10].verdict == UNMEASURED and v[12].verdict == HOLDS
+    assert v[10].measured == ("not measured: no completed run of rope L=16 "
+                              "train.random_positions=64 with nonoverlapping points")
+
+
+SHIPPED = sorted(p.stem for p in (Path(CONFIG_DIR) / "reproduce").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_shipped_preset_composes_every_run(name, tmp_path):
+    """Each run of each shipped preset composes and passes the config check, at every seed,
+    and no two share a run directory."""
+    preset = load_preset(name)[0]
+    paths = set()
+    for seed in preset_seeds(preset, name):
+        for run in preset_runs(preset):
+            cfg = compose([*preset.overrides, f"experiment={preset.experiment}",
+                           f"results_dir={tmp_path}", *run, f"seed={seed}"])
+            paths.add(Path(cfg.results_dir) / cfg.experiment / cfg.run_name)
+    assert len(paths) == len(preset_runs(preset)) * len(preset_seeds(preset, name))
+    report_dir(preset, name)
+
+
+def test_the_encodings_presets_train_every_encoding_and_share_their_base_presets_runs(
+        tmp_path):
+    from posexp.encodings import ENCODINGS as REGISTERED
+
+    for name, base in (("encodings", "cpu"), ("encodings-gpu", "gpu")):
+        preset, other = (load_preset(n)[0] for n in (name, base))
+        runs = preset_runs(preset)
+        # each encoding once as is or with its own hparams only (T5's max_distance)
+        plain = [r[0] for r in runs if all(o.startswith("encoding.hparams.") for o in r[1:])]
+        assert sorted(plain) == sorted(f"encoding={e}" for e in REGISTERED)
+        assert preset.experiment == other.experiment and report_dir(preset, name) != "report"
+
+        def identity(p: DictConfig, run: list[str]) -> tuple:
+            cfg = compose([*p.overrides, f"experiment={p.experiment}", *run, "seed=0"])
+            return cfg.run_name, C.identity(cfg)
+
+        shared = [run for run in other.runs if list(run) in runs]
+        assert len(shared) >= 6
+        for run in shared:
+            assert identity(preset, list(run)) == identity(other, list(run))
+
+
+@pytest.mark.parametrize("value", ["no", 1, None])
+def test_every_encoding_is_true_or_false(value, tmp_path):
+    preset = write_preset(tmp_path / "p.yaml", runs=[["encoding=rope"]], every_encoding=value)
+    if value is None:
+        assert preset_runs(load_preset(str(preset))[0]) == [["encoding=rope"]]
+        return
+    with pytest.raises(UsageError, match="every_encoding must be true or false"):
+        load_preset(str(preset))
+
+
+@pytest.mark.parametrize("report", ["../out", "a/b", ".", ".hidden"])
+def test_a_preset_report_is_a_directory_beside_its_runs(report):
+    with pytest.raises(UsageError, match="report must be a directory name beside its runs"):
+        report_dir(OmegaConf.create({"report": report}), "p")
+
+
+# --- RoPE context extension (claims: rope-scaling) -----------------------------------------
+ROPE_PRESET = OmegaConf.create({"claims": "rope-scaling", "train_seq_len": 16, "thresholds": {
+    "factor": 4, "pi_cost": 1.05, "finetune_gap": 0.05}})
+
+
+PARAMS = dataclasses.asdict(schema.ScalingParams())
+
+
+def rope_runs(root: Path, tuned_pi: float = 5.1, tunes: bool = True) -> list:
+    """A RoPE run at L=16 scored as trained and with NTK-aware, YaRN and PI at factor 4, and
+    (``tunes``) its fine-tunes at 4L with PI and YaRN, of chosen perplexities at L and 4L."""
+    points = curve({16: 5.0, 64: 9.0})
+    for method, ppl in (("ntk", {16: 5.1, 64: 6.0}), ("yarn", {16: 5.05, 64: 5.5}),
+                        ("linear", {16: 6.5, 64: 5.8})):
+        record = scaling.record(method, 4, PARAMS)
+        points += [{**p, "rope_scaling": record} for p in curve(ppl)]
+    make_run(root, "rope", 16, 0, points)
+    for method, ppl in (("linear", {16: 5.4, 64: tuned_pi}), ("yarn", {16: 5.3, 64: 4.9})):
+        if not tunes:
+            break
+        cfg = OmegaConf.create(config_text(("encoding=rope", "train.seq_len=64", *SMALL)))
+        cfg.encoding.scaling.method, cfg.encoding.scaling.factor = method, 4.0
+        cfg.parent = {"run": str(root / "rope-L16-s0"), "identity": "i", "config": "c",
+                      "weights_sha256": "w", "original_len": 16}
+        write_run(root / f"rope-L16-s0-ft-L64-{method}4", OmegaConf.to_yaml(cfg), curve(ppl))
+    return load_runs(root)[0]
+
+
+def test_rope_scaling_claims_on_known_perplexities(tmp_path):
+    v = by_number(verdicts(rope_runs(tmp_path), ROPE_PRESET, 512))
+    assert {n: v[n].verdict for n in v} == {1: HOLDS, 2: HOLDS, 3: HOLDS, 4: HOLDS}
+    assert v[1].measured == ("NTK-aware x4 / plain, ppl(4L) = 0.667 [0.667, 0.667]; "
+                             "YaRN x4 / plain, ppl(4L) = 0.611 [0.611, 0.611]")
+    assert v[2].measured == "PI x4 / plain, ppl(L) = 1.300 [1.300, 1.300]"
+    assert v[3].measured == ("fine-tuned PI ppl(4L) / parent ppl(L) = 1.020 [1.020, 1.020]; "
+                             "fine-tuned YaRN ppl(4L) / parent ppl(L) = 0.980 [0.980, 0.980]")
+    assert v[4].measured == "fine-tuned YaRN / PI, ppl(4L) = 0.961 [0.961, 0.961]"
+    assert v[1].source.startswith("bloc97") and v[3].source.startswith("Chen et al.")
+    assert v[3].threshold.startswith("fine-tuned PI ppl(4L) / parent ppl(L) <= 1.05; ")
+    # a fine-tune that leaves 4L 20% above the parent's L
+    v = by_number(verdicts(rope_runs(tmp_path / "worse", tuned_pi=6.0), ROPE_PRESET, 512))
+    assert (v[3].verdict, v[4].verdict) == (FAILS, HOLDS)
+    # without fine-tunes, their claims are not measured, naming what is missing
+    v = by_number(verdicts(rope_runs(tmp_path / "none", tunes=False), ROPE_PRESET, 512))
+    assert (v[1].verdict, v[2].verdict, v[3].verdict, v[4].verdict) == (
+        HOLDS, HOLDS, UNMEASURED, UNMEASURED)
+    assert v[3].measured == ("not measured: no completed run of rope L=16 \u2192 ft L=64 PI "
+                             "\u00d74 with nonoverlapping points")
+
+
+@pytest.mark.parametrize("fields,message", [
+    ({"claims": "ropes"},
+     "claims must be one of press, rope-scaling, encodings, tasks, got 'ropes'"),
+    ({"finetunes": [{"parent": ["encoding=rope"], "overrides": ["encoding.scaling=yarn"]}]},
+     "the parent of fine-tune ['encoding.scaling=yarn'] (['encoding=rope']) is not one of its "
+     "runs"),
+])
+def test_rope_preset_mistakes_are_usage_errors(tmp_path, fields, message):
+    preset = write_preset(tmp_path / "bad.yaml", runs=[["encoding=alibi"]], **fields)
+    with pytest.raises(UsageError, match=re.escape(message)):
+        reproduce(str(preset), tmp_path / "out")

@@ -1,0 +1,203 @@
+"""The claim set ``tasks`` (Kazemnejad et al.; Ruoss et al.) on synthetic task runs whose
+accuracies are chosen, and the preset end to end at a tiny scale."""
+import functools
+import json
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from posexp import config as C
+from posexp import stats
+from posexp.claims import verdicts
+from posexp.claims.base import FAILS, HOLDS, INCONCLUSIVE, UNMEASURED
+from posexp.claims.preset import load_preset
+from posexp.config import compose_overrides
+from posexp.data.tasks import binomial_interval
+from posexp.runs import load_runs
+
+C.register()
+
+
+SMALL = ("model.d_model=32", "model.n_layer=1", "model.n_head=2", "train.seq_len=16")
+
+
+N_MAX = 7  # copy, reverse and addition at seq_len 16: 7 (addition: 3 digits)
+
+
+THRESHOLDS = {"tasks": ["copy"], "absolute": ["learned", "sinusoidal"], "randomized": ["rope"],
+              "random_positions": 64, "metric": "exact", "min_gain": 0.05}
+
+
+PRESET = OmegaConf.create({"claims": "tasks", "train_seq_len": 16, "thresholds": THRESHOLDS})
+
+
+COUNT = 100
+
+
+@functools.lru_cache
+def config_text(overrides: tuple[str, ...]) -> str:
+    cfg = compose_overrides(list(overrides))
+    C.check(cfg)
+    return OmegaConf.to_yaml(C.resolve(cfg), resolve=True)
+
+
+def task_point(task: str, length: int, exact: float | None, chance: float = 0.01,
+               count: int = COUNT, eval_seed: int = 0) -> dict:
+    """A task point as evaluate_tasks writes it, with ``exact`` (and token accuracy) chosen;
+    None: n/a."""
+    p = {"task": task, "length": length, "depth": None, "count": count,
+         "eval_seed": eval_seed, "tokens": 2 * length + 3, "rope_scaling": None,
+         "applicable": exact is not None, "reason": None if exact is not None else
+         f"positions stop before length {length}", "exact": None, "exact_low": None,
+         "exact_high": None, "token_acc": None, "token_acc_low": None, "token_acc_high": None,
+         "answer_loss": None, "chance_exact": None, "chance_token": None,
+         "instances_sha256": f"{task}-{length}-{count}-{eval_seed}", "seconds": 0.1}
+    if exact is not None:
+        low, high = binomial_interval(round(exact * count), count)
+        p.update(exact=exact, exact_low=low, exact_high=high, token_acc=exact,
+                 token_acc_low=max(0.0, exact - 0.02), token_acc_high=min(1.0, exact + 0.02),
+                 answer_loss=1.0, chance_exact=chance, chance_token=chance)
+    return p
+
+
+def make_run(root: Path, task: str, encoding: str, seed: int, beyond: list[float | None],
+             *overrides: str, at_n_max: float = 1.0, suffix: str = "",
+             count: int = COUNT) -> Path:
+    """A completed task run whose exact match is ``at_n_max`` at n_max and ``beyond`` at
+    2, 4 x n_max."""
+    text = config_text(("data=task", f"task={task}", f"encoding={encoding}", f"seed={seed}",
+                        *SMALL, *overrides))
+    cfg = OmegaConf.create(text)
+    path = root / f"{task}-{encoding}-L16-s{seed}{suffix}"
+    path.mkdir(parents=True)
+    (path / "config.yaml").write_text(text)
+    (path / "run.json").write_text(json.dumps({
+        "status": "completed", "name": path.name, "experiment": root.name,
+        "encoding": encoding, "seq_len": 16, "seed": seed, "n_params": 1234, "device": "cpu",
+        "corpus": {"name": f"task:{task}", "task": task, "max_train_length": N_MAX,
+                   "vocab_size": cfg.data.vocab_size}}))
+    points = [task_point(task, n, e, count=count) for n, e in
+              zip((N_MAX, 2 * N_MAX, 4 * N_MAX), (at_n_max, *beyond), strict=True)]
+    (path / "eval.json").write_text(json.dumps({"curve": [], "per_position": [],
+                                                "tasks": points}))
+    return path
+
+
+def arms(root: Path, seeds, nope, learned, sinusoidal, rope, rope_random, task="copy"):
+    """One run per arm and seed; each arm's accuracies beyond n_max are a function of the
+    seed."""
+    for seed in seeds:
+        make_run(root, task, "nope", seed, nope(seed))
+        make_run(root, task, "learned", seed, learned(seed), "encoding.max_positions=64")
+        make_run(root, task, "sinusoidal", seed, sinusoidal(seed))
+        make_run(root, task, "rope", seed, rope(seed))
+        make_run(root, task, "rope", seed, rope_random(seed), "train.random_positions=64",
+                 suffix="-random64")
+    return load_runs(root)[0]
+
+
+def by_number(rows) -> dict:
+    return {int(v.claim.split(".")[0]): v for v in rows}
+
+
+def test_three_seeds_give_t_intervals_on_differences_of_accuracy(tmp_path):
+    runs = arms(tmp_path, (0, 1, 2),
+                nope=lambda s: [0.6 + 0.02 * s, 0.4 + 0.02 * s],
+                learned=lambda s: [0.2, 0.1], sinusoidal=lambda s: [0.3, 0.1 + 0.01 * s],
+                rope=lambda s: [0.5, 0.3], rope_random=lambda s: [0.5 + 0.1 * s, 0.3])
+    v = by_number(verdicts(runs, PRESET, 16384))
+    assert {n: v[n].verdict for n in v} == {1: HOLDS, 2: INCONCLUSIVE}
+    # nope - learned per seed: mean of (0.6+0.02s, 0.4+0.02s) - 0.15 = 0.35 + 0.02 s
+    expected = stats.t_interval([0.35, 0.37, 0.39])
+    assert v[1].measured.startswith(
+        f"nope - learned exact match beyond n_max = +0.370 [{expected.low:+.3f}, "
+        f"{expected.high:+.3f}]")
+    assert "lengths 14, 28" in v[1].measured
+    assert v[1].interval == "Student-t over seeds 0, 1, 2 (plain scale)"
+    assert v[1].source.startswith("Kazemnejad et al.")
+    # rope randomized - plain: 0.05 s -> 0, 0.05, 0.1: the interval straddles min_gain 0.05
+    gain = stats.t_interval([0.0, 0.05, 0.1])
+    assert gain.low < 0.05 < gain.high
+    assert v[2].source.startswith("Ruoss et al.")
+    assert v[2].measured.endswith("(lengths 14, 28, exact match: rope 0.400, rope randomized "
+                                  "0.450)")
+    assert v[2].threshold.startswith("rope randomized - plain exact match beyond n_max >= 0.05")
+
+
+def test_nope_behind_an_absolute_encoding_does_not_hold(tmp_path):
+    runs = arms(tmp_path, (0, 1), nope=lambda s: [0.1, 0.0 + 0.01 * s],
+                learned=lambda s: [0.5, 0.3], sinusoidal=lambda s: [0.1, 0.0],
+                rope=lambda s: [0.2, 0.1], rope_random=lambda s: [0.6 + 0.01 * s, 0.4])
+    v = by_number(verdicts(runs, PRESET, 16384))
+    assert v[1].verdict == FAILS  # behind learned, whatever sinusoidal says
+    assert v[2].verdict == HOLDS
+
+
+def test_two_failures_are_inconclusive_not_a_tie(tmp_path):
+    # every arm at 0 beyond n_max: nope - learned = 0 >= 0 would read as 'holds'
+    zero = lambda s: [0.0, 0.0]  # noqa: E731
+    runs = arms(tmp_path, (0, 1, 2), zero, zero, zero, zero, zero)
+    v = by_number(verdicts(runs, PRESET, 16384))
+    assert v[1].verdict == v[2].verdict == INCONCLUSIVE
+    assert v[1].measured.startswith("no arm above chance beyond n_max (lengths 14, 28: nope "
+                                    "0.000, learned 0.000, sinusoidal 0.000; chance 0.010)")
+
+
+def test_one_seed_combines_the_points_wilson_intervals(tmp_path):
+    runs = arms(tmp_path, (0,), nope=lambda s: [0.5, 0.5], learned=lambda s: [0.1, 0.1],
+                sinusoidal=lambda s: [0.5, 0.5], rope=lambda s: [0.2, 0.2],
+                rope_random=lambda s: [0.25, 0.25])
+    v = by_number(verdicts(runs, PRESET, 16384))
+    assert v[1].interval.startswith("one seed (0): Newcombe's difference")
+    # nope - sinusoidal = 0 exactly; each mean of two Wilson points at 0.5 (n = 100) has a
+    # half-width of about 0.097 / sqrt(2): the difference's interval is about +-0.097
+    low, _ = binomial_interval(50, 100)
+    half = ((0.5 - low) ** 2 * 2) ** 0.5 / 2
+    text = v[1].measured.split("; ")[1]
+    assert text.startswith(f"nope - sinusoidal exact match beyond n_max = +0.000 "
+                           f"[{-(2 * half ** 2) ** 0.5:+.3f}, {(2 * half ** 2) ** 0.5:+.3f}]")
+    assert v[1].verdict == INCONCLUSIVE
+    assert v[2].verdict == INCONCLUSIVE  # a gain of 0.05 within an interval of about +-0.12
+
+
+def test_a_missing_arm_or_an_n_a_point_is_not_measured(tmp_path):
+    for seed in (0, 1):
+        make_run(tmp_path, "copy", "nope", seed, [0.5, 0.4])
+        make_run(tmp_path, "copy", "learned", seed, [None, None])  # a table of 16 rows
+        make_run(tmp_path, "copy", "sinusoidal", seed, [0.1, 0.0])
+        make_run(tmp_path, "copy", "rope", seed, [0.1, 0.0])
+    v = by_number(verdicts(load_runs(tmp_path)[0], PRESET, 16384))
+    assert v[1].verdict == UNMEASURED
+    assert v[1].measured.startswith("not measured: copy-learned-L16-s0 has no score at "
+                                    "length 14: positions stop before length 14")
+    assert v[2].verdict == UNMEASURED
+    assert v[2].measured == ("not measured: no completed run of rope on copy "
+                             "train.random_positions=64 at train.seq_len=16")
+
+
+def test_claims_compare_only_the_same_instances(tmp_path):
+    make_run(tmp_path, "copy", "rope", 0, [0.1, 0.0])
+    make_run(tmp_path, "copy", "rope", 0, [0.5, 0.4], "train.random_positions=64",
+             suffix="-random64", count=50)
+    v = by_number(verdicts(load_runs(tmp_path)[0], PRESET, 16384))
+    assert v[2].measured == ("not measured: its runs share no held-out instances "
+                             "(task.eval_count, task.eval_seed)")
+
+
+def test_the_tasks_presets_hold_the_claims_of_the_issue():
+    for name in ("tasks", "tasks-gpu"):
+        preset = load_preset(name)[0]
+        assert preset.claims == "tasks" and len(preset.seeds) == 3
+        assert set(preset.thresholds.tasks) == {"copy", "reverse", "addition"}
+        assert set(preset.thresholds.absolute) == {"learned", "sinusoidal"}
+
+
+def test_a_length_no_run_could_score_is_left_out(tmp_path):
+    # addition past its digit limit: n/a for every run, so the claims read length 14 only
+    runs = arms(tmp_path, (0, 1), nope=lambda s: [0.5 + 0.01 * s, None],
+                learned=lambda s: [0.1, None], sinusoidal=lambda s: [0.2, None],
+                rope=lambda s: [0.3, None], rope_random=lambda s: [0.4, None])
+    v = by_number(verdicts(runs, PRESET, 16384))
+    assert v[1].verdict == v[2].verdict == HOLDS
+    assert "(lengths 14, exact match: nope 0.505, learned 0.100, sinusoidal 0.200)" in \
+        v[1].measured
