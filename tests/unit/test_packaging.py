@@ -1,8 +1,9 @@
 """The wheel holds every package of posexp's source (a package left out of pyproject.toml
 works in an editable install and breaks in a plain one)."""
 
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).parents[2]
 
