@@ -27,7 +27,8 @@ if typing.TYPE_CHECKING:
     from posexp.model import GPT
     from posexp.runs import RunResult
 
-__version__ = "0.1.0"
+from posexp.version import __version__
+
 __all__ = ["__version__", "compose", "curves", "curves_frame", "load_model", "load_run",
            "load_runs", "train"]
 

@@ -13,11 +13,11 @@ from typing import NoReturn
 import typer
 from omegaconf import DictConfig
 
-import posexp
 from posexp.cli.errors import fail
 from posexp.cli.help import encodings_text
 from posexp.config import CONFIG_DIR, register
 from posexp.errors import PosexpError, UsageError, flat
+from posexp.version import __version__
 
 HELP = {"help_option_names": ["-h", "--help"], "max_content_width": 92}
 EXTRA = {**HELP, "allow_extra_args": True, "ignore_unknown_options": True}
@@ -33,7 +33,7 @@ app = typer.Typer(
 
 def version_callback(value: bool) -> None:
     if value:
-        typer.echo(f"posexp {posexp.__version__}")
+        typer.echo(f"posexp {__version__}")
         raise typer.Exit()
 
 

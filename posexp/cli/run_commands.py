@@ -10,7 +10,6 @@ from pathlib import Path
 import typer
 from omegaconf import DictConfig, OmegaConf
 
-import posexp
 from posexp import scaling
 from posexp.cli.app import EXTRA, app, hydra_main
 from posexp.cli.args import parse_args, saved_run_args
@@ -29,6 +28,7 @@ from posexp.config import (
 from posexp.config.guards import check_overrides, parse_override
 from posexp.data.checks import check_paths
 from posexp.errors import UsageError
+from posexp.version import __version__
 
 # a task run's evaluation settings are eval.task_lengths and these of the task group
 EVAL_KEYS = ("eval.", "device", "attention", "task.eval_count", "task.eval_seed", "task.depths")
@@ -54,7 +54,7 @@ def train(ctx: typer.Context) -> None:
     try:
         a = parse_args(ctx.args, "train")
         if "--version" in a.flags:
-            typer.echo(f"posexp {posexp.__version__}")
+            typer.echo(f"posexp {__version__}")
             return
         if "--help" in a.flags:
             typer.echo(help_page(a, "train"))
@@ -144,7 +144,7 @@ def sweep(ctx: typer.Context) -> None:
     try:
         a = parse_args(ctx.args, "sweep")
         if "--version" in a.flags:
-            typer.echo(f"posexp {posexp.__version__}")
+            typer.echo(f"posexp {__version__}")
             return
         if "--info" in a.flags or "--hydra-help" in a.flags:  # composed by Hydra, run nothing
             check_overrides(a.overrides, "sweep")

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-import posexp
+from posexp import version
 from posexp.errors import PosexpError
 
 CONFIG, RUN, METRICS, EVAL, CHECKPOINT = (
@@ -72,17 +72,17 @@ def code_version() -> str:
     """The git commit of posexp's own source tree when it runs from a checkout of it, else the
     package version (a git repository that merely encloses an installed posexp -- a project
     whose .venv holds it -- says nothing about posexp's code)."""
-    src = Path(posexp.__file__).resolve().parent
+    src = version.SOURCE
     if not (src.parent / "pyproject.toml").is_file() or not (src.parent / ".git").exists():
-        return posexp.__version__
+        return version.__version__
     try:
         out = subprocess.run(
             ["git", "-C", str(src.parent), "describe", "--always", "--dirty", "--abbrev=12"],
             capture_output=True, text=True, timeout=5, check=True,
         )
-        return f"{posexp.__version__}+git.{out.stdout.strip()}"
+        return f"{version.__version__}+git.{out.stdout.strip()}"
     except (OSError, subprocess.SubprocessError):
-        return posexp.__version__
+        return version.__version__
 
 
 def versions() -> dict[str, str]:
@@ -91,7 +91,7 @@ def versions() -> dict[str, str]:
     import torch
 
     return {
-        "posexp": posexp.__version__,
+        "posexp": version.__version__,
         "python": platform.python_version(),
         "torch": torch.__version__,
         "numpy": numpy.__version__,

@@ -12,7 +12,7 @@ import pytest
 from omegaconf import OmegaConf
 
 import posexp
-from posexp import runs
+from posexp import runs, version
 from tests.conftest import TINY, assert_usage_error, copy_run, read_json
 from tests.processes import LONG, start, wait_for_step
 
@@ -202,7 +202,7 @@ def test_code_version_only_from_posexp_own_tree(tmp_path, monkeypatch):
     package = enclosing / ".venv/lib/site-packages/posexp"
     package.mkdir(parents=True)
     subprocess.run(["git", "init", "-q", str(enclosing)], check=True)
-    monkeypatch.setattr(posexp, "__file__", str(package / "__init__.py"))
+    monkeypatch.setattr(version, "SOURCE", package)
     assert runs.code_version() == posexp.__version__
     (package.parent / "pyproject.toml").write_text("")
     subprocess.run(["git", "init", "-q", str(package.parent)], check=True)

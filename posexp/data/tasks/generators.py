@@ -8,95 +8,28 @@ tokens); ``tokens_for`` converts it to a token count.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
+from posexp.data.tasks.base import Instance, Task, make_instance
 from posexp.data.tasks.registry import register_task
 from posexp.data.tasks.vocab import (
     DIGIT0,
-    EOS,
     FILLER_PATTERN,
     KEY,
     LETTER0,
     LETTERS,
     PLUS,
     QUERY,
-    SEP,
 )
 
 KEY_DIGITS = 5  # the passkey's digits, as in Mohtashami & Jaggi
 
 
-# eq=False: a generated __eq__ would compare the token arrays elementwise and fail.
-@dataclass(frozen=True, eq=False)
-class Instance:
-    """One example.  ``tokens`` is prompt + SEP + answer + EOS (read-only); the answer
-    starts at ``answer_start``, just after SEP; ``length`` is the task's length parameter;
-    ``depth`` is where the passkey sits (None for other tasks)."""
-
-    tokens: np.ndarray
-    answer_start: int
-    length: int
-    depth: float | None = None
-
-    @property
-    def prompt(self) -> np.ndarray:
-        return self.tokens[: self.answer_start - 1]
-
-    @property
-    def answer(self) -> np.ndarray:
-        """The scored tokens: the answer and its EOS."""
-        return self.tokens[self.answer_start:]
-
-
-def _instance(prompt: Sequence[int], answer: Sequence[int], length: int,
-              depth: float | None = None) -> Instance:
-    tokens = np.concatenate([np.asarray(prompt, dtype=np.int64), [SEP],
-                             np.asarray(answer, dtype=np.int64), [EOS]])
-    tokens.setflags(write=False)
-    return Instance(tokens, len(prompt) + 1, length, depth)
-
-
 def _digits(x: int, width: int) -> list[int]:
     return [DIGIT0 + int(c) for c in f"{x:0{width}d}"]
-
-
-class Task(ABC):
-    """A task's lengths are a range: from ``min_length`` up to a limit, if it has one.
-    ``sample`` raises ValueError with ``why_not``'s reason outside it, so a caller asks
-    ``why_not`` first and reports n/a."""
-
-    name: str  # task=<name>, configs/task/<name>.yaml
-    description: str
-    task_id: int  # part of every held-out seed: fixed forever, never reused
-    length_unit: str  # what its length counts, as figures and tables say it
-    min_length: int = 1
-    takes_depth: bool = False
-
-    def why_not(self, length: int) -> str | None:
-        """None when the task has instances of ``length``, else the one-line reason."""
-        if length < self.min_length:
-            return f"{self.name}: length {length} is below the minimum {self.min_length}"
-        return None
-
-    @abstractmethod
-    def tokens_for(self, length: int) -> int:
-        """Tokens in an instance of ``length``; every task's count is fixed by the length."""
-
-    def sample(self, rng: np.random.Generator, length: int,
-               depth: float | None = None) -> Instance:
-        if (reason := self.why_not(length)) is not None:
-            raise ValueError(reason)
-        if depth is not None and not self.takes_depth:
-            raise ValueError(f"{self.name}: takes no depth (got depth={depth})")
-        return self._draw(rng, length, depth)
-
-    @abstractmethod
-    def _draw(self, rng: np.random.Generator, length: int, depth: float | None) -> Instance:
-        ...
 
 
 class _SymbolTask(Task):
@@ -107,7 +40,7 @@ class _SymbolTask(Task):
 
     def make(self, symbols: Sequence[int]) -> Instance:
         symbols = np.asarray(symbols, dtype=np.int64)
-        return _instance(symbols, self.transform(symbols), len(symbols))
+        return make_instance(symbols, self.transform(symbols), len(symbols))
 
     def _draw(self, rng: np.random.Generator, length: int, depth: float | None) -> Instance:
         return self.make(rng.integers(LETTER0, LETTER0 + len(LETTERS), length))
@@ -165,7 +98,7 @@ class ParityTask(Task):
 
     def make(self, bits: Sequence[int]) -> Instance:
         bits = np.asarray(bits, dtype=np.int64)
-        return _instance(DIGIT0 + bits, [DIGIT0 + int(bits.sum()) % 2], len(bits))
+        return make_instance(DIGIT0 + bits, [DIGIT0 + int(bits.sum()) % 2], len(bits))
 
     def _draw(self, rng: np.random.Generator, length: int, depth: float | None) -> Instance:
         return self.make(rng.integers(0, 2, length))
@@ -198,7 +131,7 @@ class AdditionTask(Task):
     def make(self, a: int, b: int, n: int) -> Instance:
         if not (0 <= a < 10**n and 0 <= b < 10**n):
             raise ValueError(f"addition: operands {a} and {b} do not have {n} digits")
-        return _instance([*_digits(a, n), PLUS, *_digits(b, n)], _digits(a + b, n + 1), n)
+        return make_instance([*_digits(a, n), PLUS, *_digits(b, n)], _digits(a + b, n + 1), n)
 
     def _draw(self, rng: np.random.Generator, length: int, depth: float | None) -> Instance:
         # digit by digit, so that no length overflows a fixed-width integer
@@ -228,7 +161,7 @@ class RecallTask(Task):
         if query not in bound:
             raise ValueError(f"recall: the query {query} is none of the keys")
         pairs = np.stack([np.asarray(keys), DIGIT0 + np.asarray(values)], axis=1).ravel()
-        return _instance([*pairs, QUERY, query], [DIGIT0 + bound[query]], len(keys))
+        return make_instance([*pairs, QUERY, query], [DIGIT0 + bound[query]], len(keys))
 
     def _draw(self, rng: np.random.Generator, length: int, depth: float | None) -> Instance:
         keys = rng.integers(LETTER0, LETTER0 + len(LETTERS), length)
@@ -273,7 +206,7 @@ class PasskeyTask(Task):
         filler = np.resize(FILLER_PATTERN, room)
         block = [KEY, *(DIGIT0 + np.asarray(key))]
         context = [*filler[:at], *block, *filler[at:]]
-        return _instance([*context, QUERY], DIGIT0 + np.asarray(key), length, float(depth))
+        return make_instance([*context, QUERY], DIGIT0 + np.asarray(key), length, float(depth))
 
     def _draw(self, rng: np.random.Generator, length: int, depth: float | None) -> Instance:
         depth = rng.uniform() if depth is None else depth

@@ -14,7 +14,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from posexp.data.tasks.generators import Instance
+from posexp.data.tasks.base import Instance
 
 
 def exact_match(pred: np.ndarray, targets: np.ndarray, loss_mask: np.ndarray) -> np.ndarray:

@@ -7,10 +7,7 @@ from here.  Its order in TASKS is the order tables and figures show tasks in.
 
 from __future__ import annotations
 
-import typing
-
-if typing.TYPE_CHECKING:
-    from posexp.data.tasks.generators import Task
+from posexp.data.tasks.base import Task
 
 TASKS: dict[str, Task] = {}
 
