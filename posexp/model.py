@@ -29,6 +29,7 @@ class GPTConfig:
     base: float = 10000.0  # encoding.base: the frequency base of rope, xpos and sinusoidal
     dropout: float = 0.0
     tie_weights: bool = True
+    init: str = "gpt2"  # model.init: gpt2 | torch (config/schema.py Init)
     attention: str = "auto"  # the score bias's kernel: auto | sdpa | flex | flash (attention.py)
     # encoding.hparams: the encoding's own hyperparameters; the paper's defaults where absent
     encoding_hparams: dict[str, Any] = field(default_factory=dict)
@@ -86,7 +87,7 @@ class GPT(nn.Module):
         # hold plain Parameters, which _init_weights below (nn.Linear, nn.Embedding) leaves
         # alone; learned's table is an nn.Embedding, drawn again there from the same normal.
         self.encoding: PositionalEncoding = build_encoding(
-            cfg.encoding, ModelShape(cfg.d_model, cfg.n_head, cfg.n_layer),
+            cfg.encoding, ModelShape(cfg.d_model, cfg.n_head, cfg.n_layer, cfg.init),
             cfg.encoding_hparams, cfg.base, cfg.max_positions,
         )
         self.drop = nn.Dropout(cfg.dropout)
@@ -95,13 +96,14 @@ class GPT(nn.Module):
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_weights:
             self.head.weight = self.tok_emb.weight
-        self.apply(self._init_weights)
+        if cfg.init == "gpt2":  # else PyTorch's defaults, as the modules were built
+            self.apply(self._init_weights)
         if self.encoding.token_std is not None:
             nn.init.normal_(self.tok_emb.weight, std=self.encoding.token_std)
-        # GPT-2: scale the residual projections by 1/sqrt(2 * n_layer)
-        for name, p in self.named_parameters():
-            if name.endswith(("attn.proj.weight", "mlp.2.weight")):
-                nn.init.normal_(p, std=0.02 / math.sqrt(2 * cfg.n_layer))
+        if cfg.init == "gpt2":  # GPT-2 scales the residual projections by 1/sqrt(2 * n_layer)
+            for name, p in self.named_parameters():
+                if name.endswith(("attn.proj.weight", "mlp.2.weight")):
+                    nn.init.normal_(p, std=0.02 / math.sqrt(2 * cfg.n_layer))
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:

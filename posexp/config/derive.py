@@ -10,7 +10,6 @@ from pathlib import Path
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from posexp import scaling
-from posexp.config.custom import import_custom_encoding
 from posexp.data.checks import is_task_data
 
 if typing.TYPE_CHECKING:
@@ -104,7 +103,7 @@ def encoding_hparams(cfg: DictConfig) -> dict:
 def resolve(cfg: DictConfig) -> DictConfig:
     """The config with every derived value filled in -- the one place they are decided:
     eval.lengths (1-16 x seq_len), eval.task_lengths of a task run (1-8 x n_max),
-    model.d_ff (4 x d_model), model.tie_weights (the encoding's), encoding.max_positions
+    model.d_ff (4 x d_model), encoding.max_positions
     (seq_len) and train.batch_size (batch_tokens / seq_len).  Idempotent; ``cfg`` is
     checked."""
     out = cfg.copy()
@@ -114,12 +113,6 @@ def resolve(cfg: DictConfig) -> DictConfig:
         if is_task_run(cfg) and cfg.get("task") is not None:
             out.eval.task_lengths = task_lengths(cfg)
         out.model.d_ff = cfg.model.d_ff or 4 * cfg.model.d_model
-        if cfg.model.get("tie_weights") is None:
-            from posexp.encodings import ENCODINGS  # the registry (imports torch)
-
-            import_custom_encoding(cfg)
-            spec = ENCODINGS.get(cfg.encoding.name)  # unknown: check() says so
-            out.model.tie_weights = spec.tie_weights if spec else None
         out.encoding.max_positions = cfg.encoding.max_positions or positions_trained(cfg)
         if cfg.train.get("batch_tokens") is not None:  # absent in configs of older runs
             out.train.batch_size = cfg.train.batch_tokens // cfg.train.seq_len

@@ -25,6 +25,8 @@ NOT_IDENTITY = ("results_dir", "experiment", "run_name", "device", "attention", 
 OPTIONAL_NODES = (("encoding.scaling", "method"), ("parent", "identity"))
 # Keys that are off when null: then they are not identity either (as OPTIONAL_NODES).
 OPTIONAL_KEYS = ("train.random_positions", "encoding.module", "task")
+# Keys a config written before posexp had them lacks, with the value such a run trained with.
+LEGACY = {"model.init": "gpt2"}
 # Identity keys that follow the seed: a fine-tune's parent is another run at each seed.
 SEED_KEYS = ("seed", "parent.identity", "parent.weights_sha256")
 
@@ -39,6 +41,8 @@ def identity(cfg: DictConfig) -> dict:
     (model, encoding, data and tokenizer, the training settings that change the weights,
     seed, and a fine-tune's parent and RoPE scaling), as a flat {dotted key: value}."""
     flat = flatten(OmegaConf.to_container(resolve(cfg), resolve=True, enum_to_str=True))
+    for key, value in LEGACY.items():
+        flat.setdefault(key, value)
     for node, key in OPTIONAL_NODES:
         if flat.get(f"{node}.{key}") is None:
             flat = {k: v for k, v in flat.items() if not k.startswith(f"{node}.")}

@@ -20,7 +20,7 @@ from posexp.data.source import DataSource
 from posexp.data.tokenizer import TokenizerKind
 
 __all__ = ["Attention", "Config", "DataConfig", "DataSource", "EncodingConfig", "EvalConfig",
-           "EvalMode", "EvalScalingConfig", "LoggerConfig", "ModelConfig", "ParentConfig",
+           "EvalMode", "EvalScalingConfig", "Init", "LoggerConfig", "ModelConfig", "ParentConfig",
            "ScalingParams", "TaskConfig", "TokenizerKind", "TrainConfig", "TrainScalingConfig",
            "WandbMode", "register"]
 
@@ -33,6 +33,14 @@ class Attention(str, Enum):
     sdpa = "sdpa"  # SDPA with an additive bias, one block of queries at a time
     flex = "flex"  # FlexAttention, compiled, with a causal block mask
     flash = "flash"  # flash-attn's alibi_slopes (CUDA, needs the flash-attn package)
+
+
+class Init(str, Enum):
+    """How the model's weights start (model.init), one policy for every encoding; an
+    encoding's own parameters start as its paper says, under either."""
+
+    gpt2 = "gpt2"  # N(0, 0.02) for linears and embeddings; residual projections / sqrt(2 layers)
+    torch = "torch"  # PyTorch's defaults: nn.Linear Kaiming-uniform, nn.Embedding N(0, 1)
 
 
 class EvalMode(str, Enum):
@@ -53,7 +61,8 @@ class ModelConfig:
     n_head: int = 4
     d_ff: int | None = None  # default 4 * d_model
     dropout: float = 0.0
-    tie_weights: bool | None = None  # default: the encoding's (EncodingSpec.tie_weights)
+    init: Init = Init.gpt2  # one initialisation for every encoding (docs/encodings.md)
+    tie_weights: bool = True  # the output head shares the token embeddings, for every encoding
 
 
 # The parameters of every RoPE scaling method (posexp/scaling.py's table, the papers'

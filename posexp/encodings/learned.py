@@ -16,11 +16,12 @@ from posexp.encodings.registry import EncodingSpec, ModelShape, register, requir
 
 
 class LearnedPositions(PositionalEncoding):
-    def __init__(self, max_positions: int, d_model: int) -> None:
+    def __init__(self, max_positions: int, d_model: int, std: float | None = 0.02) -> None:
         super().__init__()
         self.max_positions = max_positions
-        self.table = nn.Embedding(max_positions, d_model)
-        nn.init.normal_(self.table.weight, std=0.02)
+        self.table = nn.Embedding(max_positions, d_model)  # N(0, 1): PyTorch's default
+        if std is not None:  # as the token embeddings start (model.init)
+            nn.init.normal_(self.table.weight, std=std)
 
     def embedding(self, seq_len: int, device: torch.device) -> torch.Tensor:
         if seq_len > self.max_positions:
@@ -38,7 +39,8 @@ class LearnedConfig:
         require(self.max_positions > 0, "max_positions", "positive", self.max_positions)
 
     def build(self, shape: ModelShape) -> LearnedPositions:
-        return LearnedPositions(self.max_positions, shape.d_model)
+        return LearnedPositions(self.max_positions, shape.d_model,
+                                0.02 if shape.init == "gpt2" else None)
 
 
 register(EncodingSpec(

@@ -33,6 +33,7 @@ class ModelShape:
     d_model: int
     n_head: int
     n_layer: int
+    init: str = "gpt2"  # model.init: how the model's own weights start (gpt2 | torch)
 
     @property
     def d_head(self) -> int:
@@ -50,9 +51,6 @@ class EncodingSpec:
     config: type  # frozen dataclass of its hyperparameters, with build(shape) -> module
     reads_positions: bool = True  # False for the control, which has no position signal
     extrapolates: bool = True  # scores windows longer than it was trained on (learned: no)
-    # whether the output head shares the token embeddings where model.tie_weights is null:
-    # the setup the encoding trains best with (docs/encodings.md, "Fair baselines")
-    tie_weights: bool = True
 
 
 ENCODINGS: dict[str, EncodingSpec] = {}

@@ -83,6 +83,6 @@ class SinusoidalConfig:
 # (docs/encodings.md, "Fair baselines").
 register(EncodingSpec(
     name="sinusoidal", label="sinusoidal", order=2, colour="#009E73", module=SinusoidalPositions,
-    config=SinusoidalConfig, tie_weights=False,
+    config=SinusoidalConfig,
     citation="Vaswani et al., NeurIPS 2017, 'Attention Is All You Need', sec. 3.5",
 ))

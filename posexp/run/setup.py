@@ -7,7 +7,7 @@ import torch
 
 from posexp.config import RunSpec, check_device
 from posexp.config.custom import import_custom_encoding
-from posexp.config.schema import Attention
+from posexp.config.schema import Attention, Init
 from posexp.errors import UsageError
 from posexp.model import GPT, GPTConfig
 from posexp.scaling import RopeScaling
@@ -54,6 +54,7 @@ def build_model(spec: RunSpec, vocab_size: int) -> GPT:
         vocab_size=vocab_size, d_model=m.d_model, n_layer=m.n_layer, n_head=m.n_head,
         d_ff=m.d_ff, encoding=cfg.encoding.name, max_positions=cfg.encoding.max_positions,
         base=cfg.encoding.base, dropout=m.dropout, tie_weights=m.tie_weights,
+        init=Init(m.init).value,
         attention=Attention(cfg.attention).value,
         encoding_hparams=dict(spec.encoding_hparams)))
     if spec.train_scaling is not None:

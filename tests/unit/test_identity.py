@@ -1,5 +1,6 @@
 """A run's identity: one directory per identity, nothing a user ran lost or mixed, one
 writer per run, and the scored region that belongs to the run (not to the lengths)."""
+import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -8,7 +9,7 @@ from posexp import config as C
 from posexp.config import compose_overrides
 from posexp.errors import UsageError
 from posexp.model import GPT, GPTConfig
-from tests.conftest import TINY
+from tests.conftest import TINY, score_curve
 from tests.conftest import compose_args as compose
 
 
@@ -18,18 +19,65 @@ def composed(*overrides: str):
 
 
 # --- identity -----------------------------------------------------------------------------
-def test_head_tying_defaults_to_the_encodings_and_is_identity():
-    # null model.tie_weights resolves to the encoding's choice, so a learned run keeps the
-    # identity it had when the head was tied by default, and sinusoidal's untied head is its
-    # identity; stating either value is the same run as leaving it to the encoding
-    for encoding, tied in [("learned", True), ("rope", True), ("sinusoidal", False)]:
+def test_head_tying_and_init_are_one_policy_for_every_encoding_and_are_identity():
+    # model.tie_weights (true) and model.init (gpt2) are the same for every encoding, so no
+    # encoding trains another setup; stating the default is the same run as leaving it, and
+    # the other value is another run
+    for encoding in ("learned", "rope", "sinusoidal", "alibi", "nope"):
         cfg = composed(f"encoding={encoding}")
-        assert cfg.model.tie_weights is None
-        assert C.resolve(cfg).model.tie_weights is tied
-        stated = C.identity(composed(f"encoding={encoding}", f"model.tie_weights={tied}"))
-        assert C.identity(cfg) == stated
-        other = C.identity(composed(f"encoding={encoding}", f"model.tie_weights={not tied}"))
-        assert other != stated and other["model.tie_weights"] is (not tied)
+        assert cfg.model.tie_weights is True and C.resolve(cfg).model.tie_weights is True
+        ident = C.identity(cfg)
+        assert (ident["model.tie_weights"], ident["model.init"]) == (True, "gpt2")
+        stated = C.identity(composed(f"encoding={encoding}", "model.tie_weights=true",
+                                     "model.init=gpt2"))
+        assert stated == ident
+        untied = C.identity(composed(f"encoding={encoding}", "model.tie_weights=false"))
+        assert C.identity_diff(ident, untied) == ["model.tie_weights: True -> False"]
+        torch_init = C.identity(composed(f"encoding={encoding}", "model.init=torch"))
+        assert C.identity_diff(ident, torch_init) == ["model.init: 'gpt2' -> 'torch'"]
+
+
+def test_a_config_from_before_model_init_keeps_its_identity():
+    """config.yaml of a run trained before posexp had model.init has none: it trained with
+    GPT-2's initialisation, so it is the same run as one that says model.init=gpt2.  Its
+    model.tie_weights is what it resolved to then: a sinusoidal run's untied head is not the
+    tied head every encoding now has."""
+    for encoding, tied in (("rope", True), ("sinusoidal", False)):
+        old = OmegaConf.to_container(C.resolve(composed(f"encoding={encoding}",
+                                                        f"model.tie_weights={tied}")),
+                                     resolve=True, enum_to_str=True)
+        del old["model"]["init"]
+        ident = C.identity(OmegaConf.create(old))
+        assert ident["model.init"] == "gpt2"
+        now = C.identity(composed(f"encoding={encoding}"))
+        assert C.identity_diff(now, ident) == ([] if tied else
+                                               ["model.tie_weights: True -> False"])
+
+
+def test_the_model_is_built_as_the_policy_says():
+    from tests.conftest import build_model
+
+    small = ("model.d_model=64", "model.n_layer=2", "model.n_head=2")
+    for encoding in ("learned", "rope", "sinusoidal"):
+        model = build_model(composed(f"encoding={encoding}", *small), 256)
+        assert model.head.weight is model.tok_emb.weight  # tied for every encoding
+        untied = build_model(composed(f"encoding={encoding}", "model.tie_weights=false",
+                                      *small), 256)
+        assert untied.head.weight is not untied.tok_emb.weight
+    # gpt2: N(0, 0.02), the residual projections / sqrt(2 layers); torch: PyTorch's defaults
+    torch.manual_seed(0)
+    gpt2 = build_model(composed("encoding=learned", *small), 256)
+    torch.manual_seed(0)
+    plain = build_model(composed("encoding=learned", "model.init=torch", *small), 256)
+    std = {name: p.std().item() for name, p in gpt2.named_parameters()}
+    assert std["tok_emb.weight"] == pytest.approx(0.02, rel=0.1)
+    assert std["encoding.table.weight"] == pytest.approx(0.02, rel=0.1)
+    assert std["blocks.0.attn.proj.weight"] == pytest.approx(0.02 / 2, rel=0.1)
+    std = {name: p.std().item() for name, p in plain.named_parameters()}
+    assert std["tok_emb.weight"] == pytest.approx(1.0, rel=0.1)  # nn.Embedding: N(0, 1)
+    assert std["encoding.table.weight"] == pytest.approx(1.0, rel=0.1)
+    # nn.Linear: uniform within 1/sqrt(fan_in), sd 1/sqrt(3 fan_in)
+    assert std["blocks.0.attn.proj.weight"] == pytest.approx((3 * 64) ** -0.5, rel=0.1)
 
 
 def test_identity_ignores_what_does_not_change_the_weights():
@@ -111,9 +159,16 @@ def test_validation_loss_is_computed_without_dropout():
 
     class Tiny:
         val = torch.randint(0, 256, (2000,)).numpy()
+        val_documents = np.array([0, 300, 1100, 1150])
 
     cfg = OmegaConf.create({"train": {"val_tokens": 512, "seq_len": 16},
                             "eval": {"batch_tokens": 256}})
     work = CorpusWorkload(SimpleNamespace(cfg=cfg))
     a, b = (work.val_loss(model, Tiny, torch.device("cpu")) for _ in range(2))
     assert a == b and model.training  # deterministic, and training mode is restored
+    # it is the nonoverlapping loss at the training length on spans of train.val_tokens
+    # targets spread over every validation document, as eval scores eval.tokens
+    curve, _ = score_curve(model, Tiny.val, [16], "nonoverlapping", None, 512, 256,
+                           documents=Tiny.val_documents)
+    assert curve[0]["documents"] == 4 and a == pytest.approx(curve[0]["loss"], rel=1e-12)
+    model.train()

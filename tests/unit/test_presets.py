@@ -25,14 +25,15 @@ def test_each_preset_states_its_parameter_count(name):
     count, vocab = int(stated.group(1).replace(",", "")), int(stated.group(2))
     assert vocab == ByteTokenizer.vocab_size  # the default corpus's tokens
     C.register()
-    for encoding in ("rope", "alibi", "nope"):  # none of them adds parameters
+    tied = compose([f"model={name}"]).model.tie_weights
+    for encoding in ("rope", "alibi", "nope", "sinusoidal"):  # none of them adds parameters
         cfg = C.resolve(compose([f"model={name}", f"encoding={encoding}"]))
         assert build_model(cfg, vocab).n_params() == count
-    # sinusoidal unties the head by default (its fair baseline): the head's own weights
-    cfg = C.resolve(compose([f"model={name}", "encoding=sinusoidal"]))
-    assert build_model(cfg, vocab).n_params() == count + vocab * cfg.model.d_model
-    cfg = C.resolve(compose([f"model={name}", "encoding=sinusoidal", "model.tie_weights=true"]))
-    assert build_model(cfg, vocab).n_params() == count
+        # one head policy for every encoding: the other one moves every count alike
+        other = C.resolve(compose([f"model={name}", f"encoding={encoding}",
+                                   f"model.tie_weights={str(not tied).lower()}"]))
+        head = vocab * cfg.model.d_model
+        assert build_model(other, vocab).n_params() == count + (head if tied else -head)
     cfg = C.resolve(compose([f"model={name}", "encoding=learned"]))
     assert build_model(cfg, vocab).n_params() == count + cfg.train.seq_len * cfg.model.d_model
 
