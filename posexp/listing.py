@@ -28,11 +28,14 @@ from posexp.runs import (
     Region,
     Run,
     RunResult,
+    is_spread,
     load_run,
     point_scaling,
+    region_text,
     run_dirs,
     shorten,
 )
+from posexp.runs import region as region_of
 from posexp.scaling import order as scaling_order
 from posexp.scaling import text as scaling_text
 
@@ -129,7 +132,7 @@ def main_region(r: RunResult, mode: str) -> Region | None:
 
     def weight(region: Region) -> tuple:
         points = r.points(mode, region)
-        return (r.train_len in points, len(points), region[1])
+        return (is_spread(region), r.train_len in points, len(points), region[1])
 
     return max(regions, key=weight)
 
@@ -275,9 +278,6 @@ def corpus_line(a: RunResult, b: RunResult) -> str | None:
     return None
 
 
-def same_tokens(p: dict, q: dict) -> bool:
-    return (p["first_token"], p["tokens"], p.get("block_tokens")) == \
-        (q["first_token"], q["tokens"], q.get("block_tokens"))
 
 
 def regions_to_compare(a: RunResult, b: RunResult,
@@ -296,19 +296,15 @@ def ratio_text(pa: dict | None, pb: dict | None, comparable: bool) -> str:
         return "-"
     if not comparable:
         return "different corpora"
-    if not same_tokens(pa, pb):
-        return "different tokens: not comparable"
     from posexp import stats  # scipy takes seconds to import: only compare needs it
+
+    if not stats.same_clusters(pa, pb):
+        return "different tokens: not comparable"
 
     try:
         return stats.ratio_interval(pb, pa).text(3)
     except ValueError:  # points without block losses: the ratio, without its interval
         return f"{pb['ppl'] / pa['ppl']:.3f}"
-
-
-def region_text(region: Region) -> str:
-    first, n = region
-    return f"{n:,} tokens scored (validation targets {first + 1:,}-{first + n:,})"
 
 
 def curve_lines(a: RunResult, b: RunResult, comparable: bool) -> list[str]:
@@ -321,7 +317,7 @@ def curve_lines(a: RunResult, b: RunResult, comparable: bool) -> list[str]:
         if chosen == (None, None):
             continue
         points = [{(point_scaling(p), p["length"], p["stride"]): p for p in r.curve
-                   if p["mode"] == mode and (p["first_token"], p["tokens"]) == region}
+                   if p["mode"] == mode and region_of(p) == region}
                   for r, region in zip((a, b), chosen, strict=True)]
         keys = sorted(points[0].keys() | points[1].keys(),
                       key=lambda k: (scaling_order(k[0]), k[1], k[2]))
@@ -408,8 +404,8 @@ def compare_lines(path_a: Path, path_b: Path) -> list[str]:
     if corpus:
         lines += ["", corpus]
     else:
-        region_a = {(p["first_token"], p["tokens"]) for p in a.curve}
-        region_b = {(p["first_token"], p["tokens"]) for p in b.curve}
+        region_a = {region_of(p) for p in a.curve}
+        region_b = {region_of(p) for p in b.curve}
         if not region_a & region_b:
             lines += ["", "A and B scored different validation tokens (eval.tokens or the "
                           "validation split differ): no ratio is comparable"]

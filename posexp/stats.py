@@ -1,36 +1,47 @@
-"""How sure a figure is: intervals within one run and across seeds.
+"""How sure a figure is: intervals over the scored documents and over seeds, and the
+one-sided p-values that claims are corrected with.
 
-**Within one run** (no extra training): the scored region of a curve point -- the last
-``eval.tokens`` targets of the validation stream, the same at every length -- is cut into
-``BLOCKS`` contiguous blocks, and eval.json keeps each block's summed loss.  A point's
-interval is a percentile bootstrap over blocks (Efron & Tibshirani 1993, ch. 13): resample
-blocks with replacement, recompute perplexity as exp(sum of losses / sum of tokens).
-Contiguous blocks of hundreds of tokens keep the dependence between neighbouring tokens
-inside a block (a block bootstrap, Künsch 1989).  Because every point of a region has the
-same blocks, two points -- one run at two lengths, or two runs on the same text -- are
-compared *paired*: each resample draws the same blocks for both, so the text's own
-difficulty cancels out of a ratio.  The resampling is seeded, so the same eval.json always
-gives the same interval.
+**Within one run** (no extra training): a curve point scores the spans of posexp/spans.py,
+which lie in every validation document; eval.json keeps each document's summed loss and
+target count (``block_loss``, ``block_tokens``: the *clusters*).  A point's interval is a
+percentile cluster bootstrap (Davison & Hinkley 1997, §3.8; Field & Welsh 2007): resample
+documents with replacement, recompute perplexity as exp(sum of losses / sum of targets).
+Resampling whole documents keeps every dependence inside a document -- its topic, its
+style, its neighbouring tokens -- so the interval says how the number would move with other
+documents of the same kind, not only with other stretches of one file.  Every point of one
+layout has the same documents, so two points -- one run at two lengths, or two runs on the
+same text -- are compared *paired*: each resample draws the same documents for both, and the
+text's own difficulty cancels out of a ratio.  The resampling is seeded, so the same
+eval.json always gives the same interval.  (Points written before posexp spread its spans
+hold 64 contiguous blocks of one stretch instead; they resample the same way, as blocks.)
 
-**Across seeds**: the mean of the per-seed values with a Student-t interval, which is exact
-for normal values and honest (wide) for the 2-5 seeds a small study runs.  Perplexities and
-their ratios are positive and multiplicative, so they take the interval on the log scale
-(``log=True``): the centre is the geometric mean, and the interval never reaches below zero
-as a plain t interval of two or three spread-out perplexities would.  One seed has no seed
-interval; the claim suite then falls back on the bootstrap over blocks and says so.
+**Over seeds and documents together** (``over_seeds``): a statistic -- a perplexity, or a
+ratio of them -- is computed per seed, on the log scale.  Its centre is the mean over seeds
+(the geometric mean).  Its variance adds what varies between seeds (their spread over the
+same documents, divided by their number) to what varies between documents (the cluster
+bootstrap's variance of the seed-mean, every seed's documents drawn alike); the interval is
+Student-t with seeds - 1 degrees of freedom, exact for normal values and honest (wide) for
+the 2-5 seeds a small study runs.  Counting the seed-by-document interaction in both terms
+makes it a little conservative.  One seed has no seed term: the cluster bootstrap alone,
+which says how sure that run's number is but not how another seed would have trained.
+
+**p-values** (``Interval.p_value``): the one-sided p-value of "the statistic lies below
+(above) a bound", from the same t distribution or bootstrap resamples as the interval, so
+that a 95% interval clear of a bound and p < 0.025 agree.  Claims correct them for
+multiplicity with Holm's step-down rule (``holm``).
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
 LEVEL = 0.95      # every interval posexp prints
-BLOCKS = 64       # blocks of the scored region (fewer when it holds fewer tokens)
+BLOCKS = 64       # blocks of a stretch scored before posexp spread its spans
 RESAMPLES = 2000  # bootstrap resamples
 SEED = 0          # the resampling is deterministic
 
@@ -38,18 +49,26 @@ SEED = 0          # the resampling is deterministic
 @dataclass(frozen=True)
 class Interval:
     """A value with its ``LEVEL`` interval; ``low``/``high`` are None when there is none
-    (one seed).  ``method`` says where the interval comes from, for tables and verdicts."""
+    (one seed without recorded documents).  ``method`` says where the interval comes from,
+    for tables and verdicts; ``tail(bound, below)`` gives one-sided p-values where known."""
 
     value: float
     low: float | None
     high: float | None
     n: int
     method: str
+    tail: Callable[[float, bool], float] | None = field(default=None, compare=False,
+                                                        repr=False)
 
     def text(self, digits: int = 2) -> str:
         if self.low is None or self.high is None:
             return f"{self.value:.{digits}f}"
         return f"{self.value:.{digits}f} [{self.low:.{digits}f}, {self.high:.{digits}f}]"
+
+    def p_value(self, bound: float, below: bool) -> float | None:
+        """The one-sided p-value of "the statistic lies below ``bound``" (``below``) or
+        above it: small when the data say so; None without an interval."""
+        return None if self.tail is None else self.tail(bound, below)
 
 
 def difference_interval(a: tuple[float, float, float],
@@ -71,9 +90,20 @@ def block_sums(target_losses: np.ndarray, n_blocks: int = BLOCKS) -> tuple[list[
     return [float(p.sum()) for p in parts], [len(p) for p in parts]
 
 
+def cluster_sums(target_losses: np.ndarray, spans) -> tuple[list[float], list[int]]:
+    """(summed loss, target count) of each document that ``spans`` (posexp/spans.Spans)
+    lie in, in document order; ``target_losses`` are the spans' targets, span after span."""
+    losses = np.asarray(target_losses, dtype=np.float64)
+    per_target = np.repeat(spans.document, spans.length)
+    documents, which = np.unique(per_target, return_inverse=True)
+    sums = np.bincount(which, weights=losses, minlength=len(documents))
+    counts = np.bincount(which, minlength=len(documents))
+    return sums.tolist(), counts.tolist()
+
+
 @functools.lru_cache(maxsize=8)
 def _weights(n_blocks: int, resamples: int = RESAMPLES) -> np.ndarray:
-    """How often each block is drawn in each resample: (resamples, n_blocks) counts."""
+    """How often each cluster is drawn in each resample: (resamples, n_blocks) counts."""
     rng = np.random.default_rng(SEED)
     return rng.multinomial(n_blocks, np.full(n_blocks, 1 / n_blocks), size=resamples)
 
@@ -86,8 +116,14 @@ def _blocks(point: dict) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(loss, dtype=np.float64), np.asarray(tokens, dtype=np.float64)
 
 
+def clusters_text(point: dict) -> str:
+    """What a point's bootstrap resamples: its documents, or blocks of one stretch."""
+    n = len(point.get("block_loss") or ())
+    return f"{n} documents" if point.get("spans") else f"{n} blocks of one stretch"
+
+
 def resampled_loss(point: dict) -> np.ndarray:
-    """The point's mean loss (nats) under each bootstrap resample of its blocks."""
+    """The point's mean loss (nats) under each bootstrap resample of its clusters."""
     loss, tokens = _blocks(point)
     w = _weights(len(loss))
     return (w @ loss) / (w @ tokens)
@@ -106,20 +142,112 @@ def ppl_interval(point: dict) -> tuple[float, float]:
     return math.exp(low), math.exp(high)
 
 
+def same_clusters(num: dict, den: dict) -> bool:
+    """Whether two points scored the same text in the same clusters (so they pair)."""
+    return (num.get("spans"), num.get("first_token"), num["tokens"], num.get("block_tokens")) \
+        == (den.get("spans"), den.get("first_token"), den["tokens"], den.get("block_tokens"))
+
+
 def ratio_samples(num: dict, den: dict) -> np.ndarray:
-    """ppl(num) / ppl(den) under each resample, the same blocks drawn for both: the two
-    points must score the same tokens in the same blocks."""
-    if (num["first_token"], num["tokens"]) != (den["first_token"], den["tokens"]) or \
-            num.get("block_tokens") != den.get("block_tokens"):
+    """ppl(num) / ppl(den) under each resample, the same clusters drawn for both: the two
+    points must score the same tokens in the same clusters."""
+    if not same_clusters(num, den):
         raise ValueError("a paired comparison needs two points scored on the same tokens")
     return np.exp(resampled_loss(num) - resampled_loss(den))
 
 
 def ratio_interval(num: dict, den: dict) -> Interval:
     """ppl(num) / ppl(den) with its paired bootstrap interval."""
-    low, high = percentile_interval(ratio_samples(num, den))
-    n = len(num["block_loss"])
-    return Interval(num["ppl"] / den["ppl"], low, high, 1, f"bootstrap over {n} blocks")
+    samples = ratio_samples(num, den)
+    low, high = percentile_interval(samples)
+    return Interval(num["ppl"] / den["ppl"], low, high, 1,
+                    f"cluster bootstrap over {clusters_text(num)}", _bootstrap_tail(samples))
+
+
+def _bootstrap_tail(samples: np.ndarray) -> Callable[[float, bool], float]:
+    def tail(bound: float, below: bool) -> float:
+        wrong = np.count_nonzero(samples >= bound if below else samples <= bound)
+        return (wrong + 1) / (len(samples) + 1)
+    return tail
+
+
+def _t_tail(centre: float, se: float, df: int,
+            log: bool = True) -> Callable[[float, bool], float]:
+    """One-sided p-values from a t distribution around ``centre`` (on the log scale of the
+    statistic when ``log``)."""
+    from scipy import stats as sps
+
+    def tail(bound: float, below: bool) -> float:
+        at = math.log(bound) if log else bound
+        if se == 0:  # every seed and resample alike: the value is on its side or it is not
+            return 0.0 if (centre < at if below else centre > at) else 1.0
+        z = (at - centre) / se
+        return float(sps.t.sf(z if below else -z, df))
+    return tail
+
+
+class DifferentText(Exception):
+    """Points of different scored text (or clusters) read together as if paired."""
+
+
+# A statistic of one seed's points: given how to read a point's perplexity (a float, or an
+# array of its bootstrap resamples), its value.  ``lookup`` reads a seed's point by key.
+Statistic = Callable[[Callable[..., object]], object]
+
+
+def over_seeds(statistic: Statistic, lookups: Sequence[Callable[..., dict]],
+               level: float = LEVEL) -> Interval:
+    """``statistic`` (positive: a perplexity or a ratio of them) over the seeds whose points
+    ``lookups`` read, with its interval over seeds and documents together (module doc).
+    Points without recorded clusters give a Student-t interval over the seeds alone (none
+    for one seed), and the method says so."""
+    logs = np.array([math.log(float(statistic(lambda *k, look=look: look(*k)["ppl"])))
+                     for look in lookups])
+    first = lookups[0](*_first_key(statistic, lookups[0]))
+
+    def resampled(point: dict) -> np.ndarray:
+        if not same_clusters(point, first):  # a caller's mistake, never silently unpaired
+            raise DifferentText("a statistic over seeds reads points of different text")
+        return np.exp(resampled_loss(point))
+
+    try:
+        samples = np.stack([np.log(np.asarray(statistic(
+            lambda *k, look=look: resampled(look(*k))), dtype=np.float64))
+            for look in lookups], axis=1)  # [resamples, seeds]
+        clusters = clusters_text(first)
+    except ValueError:  # points without recorded clusters
+        samples, clusters = None, None
+    n = len(logs)
+    centre = float(logs.mean())
+    if n == 1:
+        if samples is None:
+            return Interval(math.exp(centre), None, None, 1, "one seed, no clusters recorded")
+        low, high = percentile_interval(samples[:, 0], level)
+        return Interval(math.exp(centre), math.exp(low), math.exp(high), 1,
+                        f"one seed: cluster bootstrap over {clusters}",
+                        _bootstrap_tail(np.exp(samples[:, 0])))
+    from scipy import stats as sps
+
+    var = logs.var(ddof=1) / n
+    method = f"t over {n} seeds"
+    if samples is not None:
+        var += float(samples.mean(axis=1).var(ddof=1))
+        method += f" + cluster bootstrap over {clusters}"
+    se = math.sqrt(var)
+    half = float(sps.t.ppf((1 + level) / 2, n - 1)) * se
+    return Interval(math.exp(centre), math.exp(centre - half), math.exp(centre + half), n,
+                    f"{method} (log scale)", _t_tail(centre, se, n - 1))
+
+
+def _first_key(statistic: Statistic, lookup: Callable[..., dict]) -> tuple:
+    """The key of the first point ``statistic`` reads (to name its clusters)."""
+    keys: list[tuple] = []
+
+    def record(*k: object) -> float:
+        keys.append(k)
+        return lookup(*k)["ppl"]
+    statistic(record)
+    return keys[0]
 
 
 def t_interval(values: Sequence[float], level: float = LEVEL, log: bool = False) -> Interval:
@@ -140,6 +268,20 @@ def t_interval(values: Sequence[float], level: float = LEVEL, log: bool = False)
     scale = " (log scale)" if log else ""
     if len(x) == 1:
         return Interval(float(back(mean)), None, None, 1, "one seed")
-    half = float(sps.t.ppf((1 + level) / 2, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
+    se = float(x.std(ddof=1) / math.sqrt(len(x)))
+    half = float(sps.t.ppf((1 + level) / 2, len(x) - 1)) * se
     return Interval(float(back(mean)), float(back(mean - half)), float(back(mean + half)),
-                    len(x), f"t over {len(x)} seeds{scale}")
+                    len(x), f"t over {len(x)} seeds{scale}", _t_tail(mean, se, len(x) - 1, log))
+
+
+def holm(p_values: Sequence[float | None], alpha: float = (1 - LEVEL) / 2) -> list[bool | None]:
+    """Holm's step-down rule (Scand. J. Statist. 1979): which hypotheses are rejected at
+    family-wise level ``alpha`` (one-sided, matching a 95% interval clear of its bound).
+    None p-values (not measured) take no part and get None."""
+    ranked = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
+    m, out = len(ranked), [None if p is None else False for p in p_values]
+    for k, (p, i) in enumerate(ranked):
+        if p > alpha / (m - k):
+            break
+        out[i] = True
+    return out

@@ -45,6 +45,7 @@ from posexp.encodings import ModelShape, build_encoding, in_order, spec_of
 from posexp.evaluate import Scoring, autocast, extrapolation_curve
 from posexp.model import GPT, GPTConfig
 from posexp.run.setup import allow_tf32
+from posexp.spans import layout
 
 ENCODINGS = in_order()
 # x-transformers has no plain (unscaled) sinusoidal table, so it has no sinusoidal row
@@ -185,8 +186,10 @@ def bench_curve(model: GPT, lengths: list[int], n_tokens: int, device: torch.dev
     val = np.random.default_rng(0).integers(0, 256, max(lengths) + n_tokens + 1, dtype=np.uint8)
     reset_peak(device)
     t0 = time.perf_counter()
+    spans = layout(len(val), np.zeros(1, dtype=np.int64), n_tokens)  # one document
     curve, _ = extrapolation_curve(model, val, lengths,
-                                   Scoring("nonoverlapping", None, n_tokens, 32_768, 64), device)
+                                   Scoring("nonoverlapping", None, n_tokens, 32_768, 64), spans,
+                                   device)
     sync(device)
     model.train()
     return {"lengths": lengths, "tokens": n_tokens, "seconds": time.perf_counter() - t0,
@@ -215,6 +218,22 @@ def kernel_agreement(device: torch.device, encodings: list[str], kernels: list[s
                              "dtype": str(dtype),
                              "max_abs_diff": (out.float() - reference).abs().max().item()})
     return rows
+
+
+def speed_ratios(rows: list[dict], reference: str = "alibi") -> list[str]:
+    """Each encoding's training speed over ALiBi's (posexp's eager rows, timed one after
+    another in this process): Press et al.'s Table 1 compares them so.  A claim suite's runs,
+    trained beside other work on shared cores, cannot."""
+    eager: dict[str, float] = {}
+    for r in rows:
+        if r["model"] == "posexp" and "eager" in r["train"]:
+            eager.setdefault(r["encoding"], r["train"]["eager"]["tok_per_s"])
+    if reference not in eager or len(eager) < 2:
+        return []
+    return ["", f"Training speed relative to {reference} (eager, the first kernel row of "
+                "each, timed back to back in this process):", "",
+            "| encoding | tok/s | / " + reference + " |", "|---|---:|---:|",
+            *(f"| {e} | {v:,.0f} | {v / eager[reference]:.3f} |" for e, v in eager.items())]
 
 
 def markdown(result: dict) -> str:
@@ -246,6 +265,7 @@ def markdown(result: dict) -> str:
                          f"{t['tok_per_s']:,.0f} | {t['mfu']:.1%} | {t['step_ms']:.1f} | "
                          f"{t['peak_gib']:.2f} | " + " | ".join(map(cell, row["eval"]))
                          + (curve if curves else "") + " |")
+    lines += speed_ratios(result["rows"])
     lines += ["", "Score-bias kernels against the fp32 SDPA path (largest absolute difference):",
               "", "| encoding | kernel | length | dtype | max abs diff |",
               "|---|---|---:|---|---:|"]

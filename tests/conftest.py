@@ -159,16 +159,21 @@ def build_model(cfg, vocab_size: int):
 
 def score_curve(model, val, lengths, mode, stride, n_tokens, batch_tokens=32_768,
                 per_position_buckets=4, device=None, token_bytes=None, progress=None,
-                rope_scaling=None):
-    """evaluate.extrapolation_curve with its scoring settings spelled out one by one."""
+                rope_scaling=None, documents=(0,), spans=None):
+    """evaluate.extrapolation_curve with its scoring settings spelled out one by one, on
+    ``spans`` or else the spans of ``n_tokens`` targets over a validation split ``val``
+    whose documents start at ``documents`` (one document: the last ``n_tokens`` targets)."""
+    import numpy as np
     import torch
 
-    from posexp.evaluate import Scoring, extrapolation_curve
+    from posexp.evaluate import Scoring, extrapolation_curve, scored_spans
 
+    if spans is None:
+        spans = scored_spans(len(val), np.asarray(documents, dtype=np.int64), n_tokens)
     return extrapolation_curve(model, val, lengths,
                                Scoring(mode, stride, n_tokens, batch_tokens,
                                        per_position_buckets),
-                               device or torch.device("cpu"), token_bytes, progress,
+                               spans, device or torch.device("cpu"), token_bytes, progress,
                                rope_scaling)
 
 

@@ -10,32 +10,57 @@ from omegaconf import OmegaConf
 
 from posexp import config as C
 from posexp import stats
+from posexp.spans import Spans, layout
 from tests.conftest import TINY
 from tests.conftest import compose_args as compose
 
 FINGERPRINT = "7f3e3fa2ed09" + "0" * 52
+VAL_TOKENS, DOCUMENTS = 100_000, 16  # the validation split of every run written here
+LAYOUTS: dict[str, dict] = {}  # id -> record of every layout a point here names
 
 
-def curve_point(mode: str, length: int, losses: np.ndarray, first: int = 1000,
-                stride: int | None = None) -> dict:
-    """A scored point of the target ``losses`` (nats, one per scored token), with its block
-    losses and bootstrap interval, as evaluate.extrapolation_curve writes it."""
+def spans_of(n_tokens: int, val_tokens: int = VAL_TOKENS) -> Spans:
+    """The spans of ``n_tokens`` targets over a split of DOCUMENTS equal documents."""
+    spans = layout(val_tokens, np.arange(0, val_tokens, val_tokens // DOCUMENTS), n_tokens)
+    LAYOUTS[spans.id] = spans.record()
+    return spans
+
+
+def curve_point(mode: str, length: int, losses: np.ndarray, first: int | None = None,
+                stride: int | None = None, spans: Spans | None = None) -> dict:
+    """A scored point of the target ``losses`` (nats, one per scored token) with the sums of
+    each document and its bootstrap interval, as evaluate.extrapolation_curve writes it: on
+    the spans of len(losses) targets (or ``spans``), or with ``first`` on one stretch with 64
+    blocks, as posexp scored before it spread its spans."""
     loss = float(losses.mean())
-    block_loss, block_tokens = stats.block_sums(losses)
-    p = {"mode": mode, "length": length, "stride": stride or length, "first_token": first,
-         "tokens": len(losses), "applicable": True, "reason": None, "loss": loss,
+    p = {"mode": mode, "length": length, "stride": stride or length, "tokens": len(losses),
+         "applicable": True, "reason": None, "loss": loss,
          "ppl": math.exp(loss), "bits_per_token": loss / math.log(2),
-         "bits_per_byte": loss / math.log(2), "seconds": 0.1,
-         "block_loss": block_loss, "block_tokens": block_tokens}
+         "bits_per_byte": loss / math.log(2), "seconds": 0.1}
+    if first is not None:
+        p["first_token"] = first
+        p["block_loss"], p["block_tokens"] = stats.block_sums(losses)
+    else:
+        spans = spans or spans_of(len(losses))
+        p.update(spans=spans.id, documents=spans.documents)
+        p["block_loss"], p["block_tokens"] = stats.cluster_sums(losses, spans)
     p["ppl_low"], p["ppl_high"] = stats.ppl_interval(p)
     return p
 
 
-def not_applicable(length: int, tokens: int, first: int = 1000) -> dict:
-    return {"mode": "nonoverlapping", "length": length, "stride": length, "first_token": first,
+def not_applicable(length: int, tokens: int) -> dict:
+    spans = spans_of(tokens)
+    return {"mode": "nonoverlapping", "length": length, "stride": length, "spans": spans.id,
             "tokens": tokens, "applicable": False, "loss": None, "ppl": None,
             "reason": f"learned positions stop at 16; there is no position 16 or beyond to "
                       f"evaluate {length} tokens"}
+
+
+def eval_file(curve: list[dict], per_position: list[dict] = ()) -> str:
+    """eval.json of ``curve``, with the layouts its points name."""
+    names = {p["spans"] for p in (*curve, *per_position) if p.get("spans")}
+    return json.dumps({"curve": curve, "per_position": list(per_position),
+                       "spans": {n: LAYOUTS[n] for n in names}})
 
 
 def write_run(path: Path, overrides: list[str], curve: list[dict], status: str = "completed",
@@ -52,10 +77,10 @@ def write_run(path: Path, overrides: list[str], curve: list[dict], status: str =
             "model": {k: cfg.model[k] for k in ("d_model", "n_layer", "n_head")},
             "corpus": {"name": "stdlib", "fingerprint": corpus, "tokenizer": "byte",
                        "tokenizer_fingerprint": "1c31626f568a" + "0" * 52,
-                       "vocab_size": 256, "val_tokens": 100_000}}
+                       "vocab_size": 256, "val_tokens": VAL_TOKENS}}
     (path / "run.json").write_text(json.dumps(info))
     if status == "completed":
-        (path / "eval.json").write_text(json.dumps({"curve": curve, "per_position": []}))
+        (path / "eval.json").write_text(eval_file(curve))
     return path
 
 

@@ -55,6 +55,8 @@ class Corpus:
     tokenizer: str
     tokenizer_fingerprint: str
     text_bytes: dict[str, int]  # split -> bytes of text, separators included
+    # where each validation document starts in ``val`` (after a separator; 0 for the first)
+    val_documents: np.ndarray
 
     def describe(self) -> dict:
         return {
@@ -157,20 +159,26 @@ def batches(blocks: Iterable[bytes]) -> Iterator[list[bytes]]:
 
 
 def write_tokens(directory: Path, source: Source, tokenizer: Tokenizer, scanned: Scan) -> None:
+    """Each split's tokens ({split}.bin) and where each of its documents starts in them
+    ({split}.docs.npy: the token index after each separator, 0 for the first), then
+    meta.json."""
     dtype = token_dtype(tokenizer.vocab_size)
     tokens = {}
     for split in SPLITS:
-        n = 0
+        n, starts = 0, [0]
         with (directory / f"{split}.bin").open("wb") as f, tqdm(
             total=scanned.bytes[split], unit="B", unit_scale=True, disable=None,
             desc=f"tokenizing {source.name} {split} ({tokenizer.name})", file=sys.stderr,
         ) as bar:
             for batch in batches(joined(source.splits[split]())):
-                for ids in tokenizer.encode_batch(batch):
+                for block, ids in zip(batch, tokenizer.encode_batch(batch), strict=True):
                     # f.write, not ndarray.tofile: tofile reports a full disk without errno
                     f.write(ids.astype(dtype, copy=False))
                     n += ids.size
+                    if block == SEPARATOR:  # text never holds it: a document starts here
+                        starts.append(n)
                 bar.update(sum(map(len, batch)))
+        np.save(directory / f"{split}.docs.npy", np.asarray(starts, dtype=np.int64))
         tokens[split] = n
     if tokenizer.definition is not None:
         (directory / "tokenizer.json").write_text(tokenizer.definition)
@@ -201,4 +209,5 @@ def load_corpus(cfg: DictConfig) -> Corpus:
                          lambda tmp: write_tokens(tmp, source, tokenizer, scanned))
     return Corpus(source.name, arrays["train"], arrays["val"], tokenizer.vocab_size,
                   scanned.fingerprint, scanned.documents, tokenizer.token_bytes,
-                  tokenizer.name, tokenizer.fingerprint, scanned.bytes)
+                  tokenizer.name, tokenizer.fingerprint, scanned.bytes,
+                  np.load(directory / "val.docs.npy"))

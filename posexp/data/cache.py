@@ -150,6 +150,8 @@ def meta_problem(meta: object, splits: tuple[str, ...]) -> str | None:
     if "files" not in meta:
         return "meta.json records no sizes or checksums (an older posexp wrote it)"
     files = meta["files"]
+    if isinstance(files, dict) and not all(f"{s}.docs.npy" in files for s in splits):
+        return "meta.json records no document offsets (an older posexp wrote it)"
     if not (isinstance(files, dict) and all(f"{s}.bin" in files for s in splits)
             and all(isinstance(r, dict) and is_count(r.get("bytes"))
                     and isinstance(r.get("sha256"), str) for r in files.values())):

@@ -40,7 +40,7 @@ class ByteTokenizer:
     definition = None  # nothing to save
 
     def encode_batch(self, blocks: list[bytes]) -> list[np.ndarray]:
-        return [np.frombuffer(b"".join(blocks), dtype=np.uint8)]
+        return [np.frombuffer(block, dtype=np.uint8) for block in blocks]
 
 
 class JsonTokenizer:

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from posexp.errors import PosexpError
-from posexp.report import figures, task_figures  # noqa: F401 -- they register their figures
+from posexp.report import figures, task_figures, training  # noqa: F401 -- they register figures
 from posexp.report.base import FIGURES, Figure, Report, register_figure
 from posexp.report.plotting import save
 from posexp.report.tables import csv_text, markdown, terminal_table, tidy_rows

@@ -1,8 +1,8 @@
 """Curves: a series (and, sliding, one stride setting) as the figures draw it and the tables
 print it, one cell per length: the mean over seeds of perplexity and of its ratio to the
-perplexity at the training length, each with its 95% interval (posexp/stats.py): with two
-seeds or more, Student-t across the seeds; with one, the bootstrap over blocks of the
-scored tokens that eval.json records for each point (paired, for a ratio of two lengths)."""
+perplexity at the training length, each with its 95% interval over seeds and documents
+together (stats.over_seeds; for one seed the cluster bootstrap over the documents that
+eval.json records for each point, paired for a ratio of two lengths)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from posexp.report.series import Series
-from posexp.stats import LEVEL, Interval, ratio_interval, t_interval
+from posexp.stats import LEVEL, Interval, over_seeds
 
 NO_INTERVAL = "no interval recorded"
 PERCENT = f"{LEVEL:.0%}"
@@ -28,33 +28,41 @@ class Cell:
     ratio: Interval | None = None
 
 
-def _blocks_method(p: dict) -> str:
-    return f"bootstrap over {len(p['block_loss'])} blocks" if p.get("block_loss") \
-        else "bootstrap over blocks"
+def _checked(iv: Interval) -> Interval:
+    """An interval, or the value alone marked NO_INTERVAL where none could be taken."""
+    return iv if iv.low is not None else Interval(iv.value, None, None, iv.n, NO_INTERVAL)
 
 
 def ppl_cell(points: list[dict]) -> Interval:
-    """The mean perplexity of one applicable point per seed: Student-t across two seeds or
-    more; one seed's own bootstrap interval (eval.json's ppl_low, ppl_high), if recorded."""
-    if len(points) > 1:
-        return t_interval([p["ppl"] for p in points], log=True)
-    [p] = points
-    if p.get("ppl_low") is None or p.get("ppl_high") is None:
-        return Interval(p["ppl"], None, None, 1, NO_INTERVAL)
-    return Interval(p["ppl"], p["ppl_low"], p["ppl_high"], 1, _blocks_method(p))
+    """The mean perplexity of one applicable point per seed, over seeds and documents."""
+    return _checked(over_seeds(lambda ppl: ppl(0), [lambda _, p=p: p for p in points]))
 
 
 def ratio_cell(pairs: list[tuple[dict, dict]]) -> Interval:
     """The mean over seeds of ppl(length) / ppl(training length), from (point, point at the
-    training length) pairs: Student-t across two seeds or more; for one seed the paired
-    bootstrap (the same blocks drawn at both lengths) when both points hold their blocks."""
-    if len(pairs) > 1:
-        return t_interval([p["ppl"] / base["ppl"] for p, base in pairs], log=True)
-    [(p, base)] = pairs
-    if p.get("block_loss") and base.get("block_loss") \
-            and p.get("block_tokens") == base.get("block_tokens"):
-        return ratio_interval(p, base)
-    return Interval(p["ppl"] / base["ppl"], None, None, 1, NO_INTERVAL)
+    training length) pairs, over seeds and documents (the same documents drawn at both
+    lengths)."""
+    return _checked(over_seeds(lambda ppl: ppl(0) / ppl(1),
+                               [lambda i, pair=pair: pair[i] for pair in pairs]))
+
+
+COMPRESSORS = (("--", "zlib -9", "zlib"), ("-.", "xz -9e", "xz"))
+
+
+def compression_lines(series: list[Series]) -> list[tuple[str, str, float]]:
+    """(line style, what, bits per byte) of each compressor on the scored text, where every
+    series scored the same byte-level spans and a run recorded them: a byte's perplexity is
+    2 ** bits per byte, so they go on the perplexity axis."""
+    regions = {s.region for s in series}
+    tokenizers = {(r.info.get("corpus") or {}).get("tokenizer") for s in series
+                  for r in s.members}
+    if len(regions) != 1 or tokenizers != {"byte"}:
+        return []
+    name = next(iter(regions))[0].split(" ", 1)[1]
+    found = next((r.compression[name] for s in series for r in s.members
+                  if name in r.compression), None)
+    return [] if found is None else [(style, what, found[key])
+                                     for style, what, key in COMPRESSORS if key in found]
 
 
 @dataclass

@@ -9,7 +9,14 @@ from collections.abc import Iterator
 from statistics import NormalDist
 
 from posexp.report.base import Figure, Report, register_figure
-from posexp.report.curves import NO_INTERVAL, PERCENT, mode_curves, notes, stride_note
+from posexp.report.curves import (
+    NO_INTERVAL,
+    PERCENT,
+    compression_lines,
+    mode_curves,
+    notes,
+    stride_note,
+)
 from posexp.report.plotting import (
     GREY,
     draw,
@@ -23,6 +30,7 @@ from posexp.report.plotting import (
 )
 from posexp.report.series import Series, describe
 from posexp.runs import Region, RunResult
+from posexp.runs import region as region_of
 from posexp.stats import LEVEL, Interval, t_interval
 
 
@@ -48,7 +56,10 @@ def extrapolation_figure(series: list[Series], mode: str):
     lengths = sorted({x for c in curves for x in c.cells})
     for a in (ax, rax):
         log2_x(a, lengths, lengths[0] / 1.25, lengths[-1] * 1.25)
-    log_y(ax, values)
+    references = compression_lines(ours)
+    log_y(ax, values, extra=tuple(2 ** bits for _, _, bits in references))
+    for style, _, bits in references:
+        ax.axhline(2 ** bits, color=GREY, linestyle=style, linewidth=1.1, zorder=1)
     log_y(rax, ratios, extra=(1.0,))
     rax.axhline(1, color=GREY, linewidth=0.9, zorder=1)
     train_lengths([ax, rax], sorted({c.series.train_len for c in curves}))
@@ -57,12 +68,15 @@ def extrapolation_figure(series: list[Series], mode: str):
     rax.set_xlabel("evaluation window in tokens (log₂ scale)", fontsize=11)
     shown = values + ratios
     legend_and_caption(body, ax, interval_caption(shown) + notes(curves, series, mode),
-                        bands=any(iv.low is not None for iv in shown))
+                       bands=any(iv.low is not None for iv in shown),
+                       references=((":", "training length L"), *(
+                           (style, f"{what} on the scored text: {bits:.2f} bits/byte")
+                           for style, what, bits in references)))
     return fig
 
 
 def _longest_record(run: RunResult, region: Region) -> dict | None:
-    ours = [p for p in run.per_position if (p.get("first_token"), p.get("tokens")) == region]
+    ours = [p for p in run.per_position if region_of(p) == region]
     return max(ours, key=lambda p: p["length"], default=None)
 
 

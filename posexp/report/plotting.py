@@ -11,7 +11,7 @@ from pathlib import Path
 
 from posexp.report.curves import NO_INTERVAL, PERCENT
 from posexp.report.series import Region
-from posexp.runs import atomic_write
+from posexp.runs import atomic_write, is_spread
 from posexp.stats import Interval
 
 GREY = "#777777"  # training lengths and the ratio 1: reference lines, no series' colour
@@ -25,7 +25,9 @@ CAPTION_WRAP = 135  # and of the caption (9 pt)
 
 def scored_text(regions: set[Region]) -> str:
     if len(regions) == 1:
-        return f"the same {next(iter(regions))[1]:,} validation tokens"
+        region = next(iter(regions))
+        spread = " spread over the split" if is_spread(region) else ""
+        return f"the same {region[1]:,} validation tokens{spread}"
     return "the same validation tokens at every length (one region per label)"
 
 
@@ -220,10 +222,10 @@ def legend_label(label: str) -> str:
 def interval_caption(intervals: list[Interval]) -> list[str]:
     """What the bands are."""
     methods = sorted({iv.method for iv in intervals if iv.method != NO_INTERVAL},
-                     key=lambda m: (m.startswith("bootstrap"), m))
-    texts = [m + (" of the scored tokens (one seed; a ratio's is paired: the same blocks "
-                  "drawn at both lengths)" if m.startswith("bootstrap") else "")
-             for m in methods]
+                     key=lambda m: (m.startswith("one seed"), m))
+    texts = [m + (" (a ratio's is paired: the same documents drawn at both lengths)"
+                  if "documents" in m else " (a ratio's is paired: the same blocks drawn at "
+                  "both lengths)" if "blocks" in m else "") for m in methods]
     return [f"Lines: mean over seeds. Bands: {PERCENT} intervals, " + "; ".join(texts)
             + "."] if texts else []
 

@@ -157,8 +157,8 @@ def _text(value: object) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-# keys whose default is the encoding's (config.resolve): sinusoidal's head is untied
-PER_ENCODING = ("model.tie_weights",)
+# keys each encoding sets for itself: its learning rate, from its preset's sweep
+PER_ENCODING = ("train.lr",)
 
 
 def label_keys(identities: list[dict]) -> list[str]:
@@ -173,8 +173,8 @@ def label_keys(identities: list[dict]) -> list[str]:
     groups = [[i for i in identities if (PARENT in i) == tuned] for tuned in (False, True)]
 
     def differs(key: str) -> bool:
-        # an encoding's own settings (hparams, base, module) and the keys whose default is
-        # the encoding's (model.tie_weights) differ between encodings by nature: they are
+        # an encoding's own settings (hparams, base, module) and the keys each encoding
+        # sets for itself (PER_ENCODING) differ between encodings by nature: they are
         # compared among the runs of one encoding
         members = ([[i for i in group if i.get(ENCODING) == e]
                     for group in groups for e in {i.get(ENCODING) for i in group}]
@@ -221,8 +221,10 @@ def short_names(keys: list[str], all_keys: set[str]) -> dict[str, str]:
 
 
 def region_text(region: Region) -> str:
-    first, tokens = region
-    return f"{tokens} tok @ {first}"
+    """A region in a label: short."""
+    what, tokens = region
+    kind, name = what.split(" ", 1)
+    return f"{tokens} tok in {name}" if kind == "spans" else f"{tokens} tok @ {name}"
 
 
 def encoding_colours(encodings: list[str]) -> dict[str, str]:
@@ -390,5 +392,6 @@ def describe(series: list[Series]) -> str:
     trained = sorted({r.info["tokens_trained"] for r in runs if r.info.get("tokens_trained")})
     if trained:
         span = " to ".join(dict.fromkeys(_count(n, 1) for n in (trained[0], trained[-1])))
-        words.append(f"trained on {span} tokens")
+        per = f" ({trained[-1] / usual:.1f} per parameter)" if counts else ""
+        words.append(f"trained on {span} tokens{per}")
     return " · ".join(words)

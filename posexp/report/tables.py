@@ -8,7 +8,16 @@ import csv
 import io
 
 from posexp.report.base import Report
-from posexp.report.curves import PERCENT, Curve, cell_text, fmt, mode_curves, notes, stride_note
+from posexp.report.curves import (
+    PERCENT,
+    Curve,
+    cell_text,
+    compression_lines,
+    fmt,
+    mode_curves,
+    notes,
+    stride_note,
+)
 from posexp.report.series import config_key, describe
 from posexp.report.tasks import (
     PASSKEY,
@@ -24,9 +33,9 @@ from posexp.scaling import text as scaling_text
 CSV_COLUMNS = ["experiment", "run", "series", "encoding", "train_seq_len", "seed", "n_params",
                "d_model", "n_layer", "n_head", "corpus", "corpus_fingerprint", "tokenizer",
                "tokenizer_fingerprint", "steps", "tokens_trained", "parent", "mode",
-               "rope_scaling", "rope_scaling_factor", "stride", "length", "first_token",
-               "tokens", "applicable", "loss", "ppl", "ppl_low", "ppl_high", "bits_per_token",
-               "bits_per_byte", "reason"]
+               "rope_scaling", "rope_scaling_factor", "stride", "length", "spans",
+               "documents", "first_token", "tokens", "applicable", "loss", "ppl", "ppl_low",
+               "ppl_high", "bits_per_token", "bits_per_byte", "reason"]
 POINT_COLUMNS = [c for c in CSV_COLUMNS[CSV_COLUMNS.index("mode"):]
                  if not c.startswith("rope_scaling")]
 # a task point's own fields (runs.TASK_POINT_KINDS), after the perplexity columns; a row of
@@ -119,6 +128,16 @@ def _table(curves: list[Curve], lengths: list[int], stride_column: bool,
     return lines
 
 
+def reference_line(series: list) -> list[str]:
+    """What zlib and xz make of the same scored text, beside the models' bits per byte."""
+    references = compression_lines(series)
+    if not references:
+        return []
+    return ["Reference on the same scored text: " + ", ".join(
+        f"{what} {bits:.3f} bits/byte (a byte perplexity of {2 ** bits:.3f})"
+        for _, what, bits in references) + ".", ""]
+
+
 def markdown(report: Report, title: str) -> str:
     """Per mode, the tables a paper prints: perplexity at each length, and its ratio to the
     perplexity at the training length, each with its 95% interval, one row per curve; a
@@ -132,15 +151,18 @@ def markdown(report: Report, title: str) -> str:
         lengths = sorted({length for c in curves for length in c.cells})
         several = len({c.stride for c in curves}) > 1
         heading = f"{mode}{stride_note(curves)}"
+        uses = (" Below 1: the longer windows use their extra context (every token has at "
+                "least L-S tokens before it at every length; Press et al. §5)."
+                if mode == "sliding" else "")
         lines += [f"## {heading}: perplexity", "",
-                  f"Mean over seeds [{PERCENT} interval: Student-t across the seeds with two "
-                  "or more; with one, a bootstrap over blocks of the scored tokens]. Bold: at "
-                  "the training length.", "",
+                  f"Mean over seeds (geometric) [{PERCENT} interval over seeds and the "
+                  "scored documents together; with one seed, the cluster bootstrap over the "
+                  "documents]. Bold: at the training length.", "",
                   *_table(curves, lengths, several, ratios=False), "",
+                  *reference_line(series),
                   f"## {heading}: perplexity / perplexity at the training length", "",
-                  f"Mean over seeds [{PERCENT} interval: Student-t across the seeds with two "
-                  "or more; with one, a paired bootstrap, the same blocks drawn at both "
-                  "lengths].", "",
+                  f"Mean over seeds [{PERCENT} interval as above, paired: the same documents "
+                  f"drawn at both lengths].{uses}", "",
                   *_table(curves, lengths, several, ratios=True), ""]
         lines += [f"* {line}" for line in notes(curves, series, mode)]
         lines.append("")

@@ -55,14 +55,14 @@ def read_scored(run: Run) -> dict:
         aside = run.set_aside_eval()
         print(f"posexp: warning: {e}; kept as {aside.name}, scoring the run again",
               file=sys.stderr)
-        return {"curve": [], "per_position": [], "tasks": []}
+        return {"curve": [], "per_position": [], "tasks": [], "spans": {}}
 
 
-def requested_points(run: Run, work: Workload, scalings: Iterable[dict | None],
-                     val_tokens: int | None) -> list[dict]:
+def requested_points(run: Run, work: Workload, scalings: Iterable[dict | None]) -> list[dict]:
     """The points of eval.json that the config asks for with ``scalings``."""
-    wanted = work.requested(scalings, val_tokens) or {}
-    return [p for p in work.points(run.read_eval()) if work.key(p) in wanted]
+    scored = run.read_eval()
+    wanted = work.requested(scalings, scored) or {}
+    return [p for p in work.points(scored) if work.key(p) in wanted]
 
 
 def score_missing(run: Run, spec: RunSpec, device: torch.device, info: dict,
@@ -74,17 +74,17 @@ def score_missing(run: Run, spec: RunSpec, device: torch.device, info: dict,
     printed before the scoring starts."""
     work = workload_of(spec)
     scalings = spec.run_scalings if scalings is None else scalings
-    val_tokens = (info.get("corpus") or {}).get("val_tokens")
-    asked = work.requested(scalings, val_tokens)
-    if asked is None:  # a run.json without the corpus size: score everything asked for
+    scored = read_scored(run)
+    asked = work.requested(scalings, scored)
+    if asked is None:  # no layout of eval.tokens recorded yet: score everything asked for
         missing = work.every(scalings)
     else:
-        have = {work.key(p) for p in work.points(read_scored(run))}
+        have = {work.key(p) for p in work.points(scored)}
         missing = group(want for key, want in asked.items() if key not in have)
     if not missing:
         print(f"posexp: {run.path}: already completed, and eval.json holds every {work.what} "
               f"asked for; {'nothing to score' if header else SKIP_ADVICE}", file=sys.stderr)
-        print(work.table(requested_points(run, work, scalings, val_tokens),
+        print(work.table(requested_points(run, work, scalings),
                          (info.get("corpus") or {}).get("tokenizer")))
         return "skipped"
     count = sum(len(items) for _, items in missing)
@@ -124,8 +124,7 @@ def evaluate(run: Run, spec: RunSpec, device: torch.device, wanted: Wanted | Non
         work.score(model, data, run, Sink(), device, wanted or work.every(scalings))
         seconds = time.perf_counter() - t0
     run.update(last_eval_at=now(), last_eval_seconds=round(seconds, 2))
-    val_tokens = len(data.val) if not spec.is_task_run else None
-    print(work.table(requested_points(run, work, scalings, val_tokens), data.tokenizer))
+    print(work.table(requested_points(run, work, scalings), data.tokenizer))
 
 
 def check_data_unchanged(run: Run, info: dict, data, tasks: bool) -> None:
@@ -168,5 +167,5 @@ def corpus_header(path: Path, spec: RunSpec, device: torch.device) -> str:
         f", {len(spec.scalings)} RoPE scalings ("
         + ", ".join(scaling.text(scaling.key(r)) for r in spec.scalings) + ")")
     return (f"posexp eval: {path}: {EvalMode(e.mode).value}{stride}{variants} at "
-            f"{', '.join(map(str, e.lengths))} on the last {e.tokens:,} validation tokens "
-            f"({device})")
+            f"{', '.join(map(str, e.lengths))} on {e.tokens:,} validation tokens spread over "
+            f"the split ({device})")

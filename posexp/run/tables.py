@@ -4,7 +4,7 @@ one table per mode and RoPE scaling."""
 
 from __future__ import annotations
 
-from posexp.runs import point_scaling
+from posexp.runs import point_scaling, region, region_text
 from posexp.scaling import text as scaling_text
 
 
@@ -16,9 +16,8 @@ def format_curve(curve: list[dict], train_len: int, title: str, per_byte: bool =
     for mode, scaling in dict.fromkeys((p["mode"], point_scaling(p)) for p in curve):
         points = [p for p in curve if p["mode"] == mode and point_scaling(p) == scaling]
         scaled = f", RoPE scaled: {scaling_text(scaling)}" if scaling else ""
-        lines.append(f"\n{title}: {mode}{scaled}, {points[0]['tokens']:,} tokens scored at "
-                     f"every length (validation targets {points[0]['first_token'] + 1:,}-"
-                     f"{points[0]['first_token'] + points[0]['tokens']:,})")
+        lines.append(f"\n{title}: {mode}{scaled}, at every length "
+                     f"{region_text(region(points[0]))}{documents(points[0])}")
         lines.append(f"{'length':>8}  {'loss (nats)':>11}  {'ppl':>8}  {'bits/token':>10}{extra}")
         for p in points:
             mark = "  <- train length" if p["length"] == train_len else ""
@@ -31,6 +30,11 @@ def format_curve(curve: list[dict], train_len: int, title: str, per_byte: bool =
                 lines.append(f"{p['length']:>8}  {'n/a':>11}  {'n/a':>8}  {'n/a':>10}{na}  "
                              f"({p['reason']}){mark}")
     return "\n".join(lines)
+
+
+def documents(p: dict) -> str:
+    n = p.get("documents")
+    return f" over {n:,} documents" if n else ""
 
 
 def format_tasks(points: list[dict], n_max: int, title: str) -> str:

@@ -31,7 +31,8 @@ from posexp.evaluate import (
     count_windows,
     extrapolation_curve,
     score_windows,
-    scored_region,
+    scored_spans,
+    span_windows,
     window_stride,
 )
 from posexp.evaluate_tasks import answer_loss, task_curve
@@ -41,6 +42,7 @@ from posexp.run.tables import format_curve, format_tasks
 from posexp.run.training import to_device
 from posexp.runs import Run, point_key, task_point_key
 from posexp.sinks import Sink
+from posexp.spans import Spans, compression
 
 Want = tuple  # (scaling record or None, item)
 Wanted = list[tuple[dict | None, list]]  # the items of each scaling, in order
@@ -121,7 +123,7 @@ class CorpusWorkload:
         if len(corpus.train) <= seq_len + 1:
             raise UsageError(f"the training split has {len(corpus.train)} tokens, fewer than "
                              f"one window of train.seq_len={seq_len}")
-        check_val_size(len(corpus.val), list(self.spec.eval_lengths), self.spec.cfg.eval.tokens)
+        check_val_size(len(corpus.val), self.spec.cfg.eval.tokens)
 
     def describe(self, corpus: Corpus) -> str:
         t = self.spec.cfg.train
@@ -133,28 +135,46 @@ class CorpusWorkload:
         batch = to_device(sample_batch(corpus.train, t.batch_size, t.seq_len, gen)[rows], device)
         return batch[:, :-1], batch[:, 1:]
 
+    def spans(self, corpus: Corpus, n_tokens: int | None = None) -> Spans:
+        """The spans of eval.tokens (or ``n_tokens``) targets over the validation split."""
+        n = self.spec.cfg.eval.tokens if n_tokens is None else n_tokens
+        return scored_spans(len(corpus.val), corpus.val_documents, n)
+
+    @staticmethod
+    def layout(corpus: Corpus, spans: Spans) -> dict:
+        """The spans as eval.json records them, with what zlib and xz make of their text
+        where the tokens are bytes (other tokenizers' bytes are not at hand here)."""
+        record = spans.record()
+        if corpus.tokenizer == "byte":
+            record["compression"] = compression(
+                corpus.val[spans.targets()].astype(np.uint8).tobytes())
+        return record
+
     def val_loss(self, model: GPT, corpus: Corpus, device: torch.device) -> float:
-        """Validation loss at the training length on the first train.val_tokens tokens, in
-        eval mode (it draws no random numbers, so it leaves the training run unchanged)."""
+        """Validation loss at the training length, nonoverlapping, on spans of
+        train.val_tokens targets spread over the split as eval's are, in eval mode (it draws
+        no random numbers, so it leaves the training run unchanged)."""
         cfg = self.spec.cfg
         L = cfg.train.seq_len
-        n = min(cfg.train.val_tokens, len(corpus.val) - L - 1)
+        spans = self.spans(corpus, min(cfg.train.val_tokens, len(corpus.val) - 1))
         with evaluating(model):
-            losses, _ = score_windows(model, corpus.val, L, L, L, n, cfg.eval.batch_tokens,
-                                      device)
-        return float(losses.sum()) / n
+            losses, _, _ = score_windows(model, corpus.val, L, span_windows(spans, L),
+                                         spans.tokens, cfg.eval.batch_tokens, device)
+        return float(losses.sum()) / spans.tokens
 
     def requested(self, scalings: Iterable[dict | None],
-                  val_tokens: int | None) -> dict[tuple, Want] | None:
-        """eval.json key -> want of each point the config asks for with each scaling; None
-        when the size of the validation split is not known (a run.json from before it was
-        recorded): then every point is asked for."""
-        if not isinstance(val_tokens, int):
-            return None
+                  scored: dict) -> dict[tuple, Want] | None:
+        """eval.json key -> want of each point the config asks for with each scaling, given
+        eval.json (``scored``); None when it holds no layout of eval.tokens targets -- the
+        layout is a function of the split and eval.tokens alone, so one recorded is the
+        one the config asks for -- and then every point is asked for."""
         e = self.spec.cfg.eval
-        first, n = scored_region(val_tokens, e.tokens)
+        ids = [name for name, record in scored.get("spans", {}).items()
+               if sum(record["length"]) == e.tokens]
+        if len(ids) != 1:
+            return None
         mode = EvalMode(e.mode).value
-        return {point_key({"mode": mode, "length": L, "first_token": first, "tokens": n,
+        return {point_key({"mode": mode, "length": L, "spans": ids[0], "tokens": e.tokens,
                            "rope_scaling": record,
                            "stride": window_stride(L, mode, e.stride)}): (record, L)
                 for record in scalings for L in self.spec.eval_lengths}
@@ -176,7 +196,8 @@ class CorpusWorkload:
         to eval.json as soon as they are scored; the model is put back as trained."""
         spec = self.spec
         scoring = Scoring.of(spec.cfg.eval)
-        total = sum(count_windows(lengths, scoring, model.max_positions,
+        spans = self.spans(corpus)
+        total = sum(count_windows(lengths, scoring, spans, model.max_positions,
                                   per_position=record is None) for record, lengths in wanted)
         curve = []
         with _bar(total, "win", f"scoring {scoring.mode}", progress) as bar, \
@@ -185,9 +206,10 @@ class CorpusWorkload:
                 if record is not None:
                     set_scaling(model, spec, record)
                 points, per_position = extrapolation_curve(
-                    model, corpus.val, lengths, scoring, device, corpus.token_bytes,
+                    model, corpus.val, lengths, scoring, spans, device, corpus.token_bytes,
                     progress=bar.update, rope_scaling=record)
-                run.write_eval(points, per_position, train_seq_len=spec.cfg.train.seq_len,
+                run.write_eval(points, per_position, spans=(spans.id, self.layout(corpus, spans)),
+                               train_seq_len=spec.cfg.train.seq_len,
                                encoding=spec.cfg.encoding.name, corpus=corpus.fingerprint)
                 if record is None:
                     sink.log_eval(points, per_position)
@@ -234,7 +256,7 @@ class TaskWorkload:
                                               self.spec.cfg.task.eval_seed), device)
 
     def requested(self, scalings: Iterable[dict | None],
-                  val_tokens: int | None = None) -> dict[tuple, Want]:
+                  scored: dict | None = None) -> dict[tuple, Want]:
         """task_point_key -> want of each task point the config asks for: every task length
         (and for passkey every depth) with each scaling, on task.eval_count instances of
         task.eval_seed."""

@@ -19,9 +19,11 @@ from posexp.runs.files import (
 from posexp.runs.points import (
     MODES,
     Region,
+    is_spread,
     point_key,
     point_scaling,
     region,
+    region_text,
     task_point_key,
 )
 from posexp.runs.results import (
@@ -37,6 +39,6 @@ from posexp.runs.store import Run
 
 __all__ = ["CHECKPOINT", "CONFIG", "DAMAGED", "EVAL", "METRICS", "MISSING", "MODES", "RUN",
            "Region", "Run", "RunResult", "atomic_write", "atomic_write_json",
-           "atomic_write_text", "code_version", "load_run", "load_runs", "now", "point_key",
-           "point_scaling", "region", "run_dirs", "shorten", "split_runs", "task_point_key",
-           "versions"]
+           "atomic_write_text", "code_version", "is_spread", "load_run", "load_runs", "now",
+           "point_key", "point_scaling", "region", "region_text", "run_dirs", "shorten",
+           "split_runs", "task_point_key", "versions"]

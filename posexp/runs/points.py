@@ -6,16 +6,20 @@ from __future__ import annotations
 from posexp import scaling
 
 # A curve point is one (mode, length, stride) scored on one region of the validation
-# stream: the targets first_token+1 .. first_token+tokens; and with one RoPE scaling, or as
-# trained (rope_scaling null, or absent in eval.json written before posexp had scalings).
-POINT_KEYS = frozenset({"mode", "length", "stride", "first_token", "tokens"})
+# stream -- the spans ``spans`` names (posexp/spans.py; eval.json's "spans" holds them), or in
+# eval.json written before posexp spread them, the targets first_token+1 ..
+# first_token+tokens -- and with one RoPE scaling, or as trained (rope_scaling null, or
+# absent in eval.json written before posexp had scalings).
+POINT_KEYS = frozenset({"mode", "length", "stride", "tokens"})
 # A task point is accuracy on the held-out instances of one length (and depth, for passkey):
 # the same task, length, depth, instance count, eval seed and RoPE scaling replaces it.
 TASK_POINT_KEYS = frozenset({"task", "length", "depth", "count", "eval_seed"})
 MODES = ("nonoverlapping", "sliding")  # config.schema.EvalMode
 
-# (first_token, tokens): a point scores the validation targets first_token+1 .. first_token+tokens
-Region = tuple[int, int]
+# (what was scored, tokens): "spans <id>", or "tail <first_token>" for the targets
+# first_token+1 .. first_token+tokens of a point written before posexp spread them
+Region = tuple[str, int]
+SPANS, TAIL = "spans", "tail"
 
 
 def point_scaling(p: dict) -> scaling.Key:
@@ -23,8 +27,7 @@ def point_scaling(p: dict) -> scaling.Key:
 
 
 def point_key(p: dict) -> tuple:
-    return (p["mode"], p["length"], p["stride"], p["first_token"], p["tokens"],
-            point_scaling(p))
+    return (p["mode"], p["length"], p["stride"], region(p), point_scaling(p))
 
 
 def task_point_key(p: dict) -> tuple:
@@ -34,4 +37,23 @@ def task_point_key(p: dict) -> tuple:
 
 
 def region(p: dict) -> Region:
-    return p["first_token"], p["tokens"]
+    """The scored text of a curve point or per-position record."""
+    if p.get("spans") is not None:
+        return f"{SPANS} {p['spans']}", p["tokens"]
+    return f"{TAIL} {p.get('first_token')}", p["tokens"]
+
+
+def is_spread(region: Region) -> bool:
+    """Whether ``region`` is spans over the whole validation split (not one stretch at its
+    end, as posexp scored before)."""
+    return region[0].startswith(SPANS)
+
+
+def region_text(region: Region) -> str:
+    """How tables and titles name a region."""
+    what, n = region
+    kind, name = what.split(" ", 1)
+    if kind == SPANS:
+        return f"{n:,} validation tokens in spans {name}"
+    first = int(name)
+    return f"the {n:,} validation targets {first + 1:,}-{first + n:,} (one stretch)"

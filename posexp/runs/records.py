@@ -12,6 +12,8 @@ from posexp import scaling
 from posexp.errors import PosexpError
 from posexp.runs.points import MODES, POINT_KEYS, TASK_POINT_KEYS
 
+SPAN_ARRAYS = ("first", "length", "document")  # a layout in eval.json (spans.Spans.record)
+
 INT, NUM, STR, BOOL, OBJ, LIST = (
     "an integer", "a number", "a string", "true or false", "an object", "a list")
 _KINDS: dict[str, Callable[[object], bool]] = {
@@ -33,13 +35,14 @@ MODEL_KINDS = {"d_model": INT, "n_layer": INT, "n_head": INT}
 CORPUS_KINDS = {"name": STR, "fingerprint": STR, "tokenizer": STR,
                 "tokenizer_fingerprint": STR, "vocab_size": INT, "val_tokens": INT,
                 "task": STR, "max_train_length": INT}
-POINT_KINDS = {"mode": STR, "length": INT, "stride": INT, "first_token": INT, "tokens": INT,
+POINT_KINDS = {"mode": STR, "length": INT, "stride": INT, "first_token": INT, "spans": STR,
+               "documents": INT, "tokens": INT,
                "applicable": BOOL, "reason": STR, "loss": NUM, "ppl": NUM,
                "bits_per_token": NUM, "bits_per_byte": NUM, "seconds": NUM,
                "ppl_low": NUM, "ppl_high": NUM, "block_loss": LIST, "block_tokens": LIST,
                "rope_scaling": OBJ}
 SCALING_KINDS = {"method": STR, "factor": NUM, **{p.name: NUM for p in scaling.all_params()}}
-POSITION_KINDS = {"mode": STR, "length": INT, "first_token": INT, "tokens": INT,
+POSITION_KINDS = {"mode": STR, "length": INT, "first_token": INT, "spans": STR, "tokens": INT,
                   "position": LIST, "position_end": LIST, "loss": LIST, "loss_se": LIST}
 # A task point (data=task): accuracy on the held-out instances of one length (and depth, for
 # passkey), scored as trained or with a RoPE scaling.  exact is the fraction of instances
@@ -106,27 +109,47 @@ def read_eval(file: Path) -> dict:
     """eval.json: its curve points, per-position records and task points (empty when there
     is no file yet), every key checked; a PosexpError naming the file when it is damaged."""
     if not file.exists():
-        return {"curve": [], "per_position": [], "tasks": []}
+        return {"curve": [], "per_position": [], "tasks": [], "spans": {}}
     try:
         data = json.loads(file.read_text())
     except (OSError, ValueError) as e:
         raise PosexpError(f"{file} is unreadable: {e}") from None
-    check_fields(file, "", data, {"curve": LIST, "per_position": LIST, "tasks": LIST},
-                 ("curve",))
-    data.setdefault("per_position", [])
-    data.setdefault("tasks", [])
-    data["per_position"] = data["per_position"] or []
-    data["tasks"] = data["tasks"] or []
+    check_fields(file, "", data, {"curve": LIST, "per_position": LIST, "tasks": LIST,
+                                  "spans": OBJ}, ("curve",))
+    for key, empty in (("per_position", []), ("tasks", []), ("spans", {})):
+        data[key] = data.get(key) or empty
     _check_task_points(file, data["tasks"])
-    _check_curve(file, data["curve"])
+    _check_spans(file, data["spans"])
+    _check_curve(file, data["curve"], data["spans"])
     _check_per_position(file, data["per_position"])
     return data
 
 
-def _check_curve(file: Path, curve: list) -> None:
+def _check_spans(file: Path, layouts: dict) -> None:
+    """eval.json's "spans": each layout its points name (posexp/spans.py), by id."""
+    for name, record in layouts.items():
+        where = f"spans {name}: "
+        check_fields(file, where, record, {k: LIST for k in SPAN_ARRAYS}, SPAN_ARRAYS)
+        arrays = [record[k] for k in SPAN_ARRAYS]
+        if len({len(a) for a in arrays}) > 1 or not arrays[0] or not all(
+                _KINDS[INT](x) and x >= 0 for a in arrays for x in a):
+            raise PosexpError(f"{file} is damaged: {where}first, length and document are not "
+                              "lists of one length of non-negative integers")
+        check_fields(file, where, record, {"compression": OBJ})
+        check_fields(file, f"{where}compression: ", record.get("compression") or {},
+                     {"zlib": NUM, "xz": NUM})
+
+
+def _check_curve(file: Path, curve: list, layouts: dict) -> None:
     for i, p in enumerate(curve, 1):
         where = f"curve point {i}: "
         check_fields(file, where, p, POINT_KINDS, POINT_KEYS | {"applicable"})
+        if p.get("spans") is None and p.get("first_token") is None:
+            raise PosexpError(f"{file} is damaged: {where}it names neither its spans nor its "
+                              "first_token")
+        if p.get("spans") is not None and p["spans"] not in layouts:
+            raise PosexpError(f"{file} is damaged: {where}its spans {p['spans']!r:.20} are "
+                              "not among the file's spans")
         if p["mode"] not in MODES:  # it names the report's figure files
             raise PosexpError(f"{file} is damaged: {where}'mode' is {p['mode']!r:.40}, "
                               f"not {' or '.join(MODES)}")

@@ -11,6 +11,7 @@ from pathlib import Path
 from posexp.errors import PosexpError
 from posexp.runs.files import CONFIG, EVAL, RUN
 from posexp.runs.points import Region, point_scaling
+from posexp.runs.points import region as region_of
 from posexp.runs.records import (
     CORPUS_KINDS,
     IDENTITY_KINDS,
@@ -41,6 +42,9 @@ class RunResult:
     curve: list[dict] = field(default_factory=list)
     per_position: list[dict] = field(default_factory=list)
     tasks: list[dict] = field(default_factory=list)  # task points (TASK_POINT_KINDS)
+    # spans id -> what general-purpose compressors make of that scored text, in bits per
+    # byte ({"zlib": ..., "xz": ...}: posexp/spans.py compression), where recorded
+    compression: dict = field(default_factory=dict)
 
     @property
     def status(self) -> str:
@@ -91,7 +95,7 @@ class RunResult:
 
     def regions(self, mode: str, scaling: ScalingKey = None) -> list[Region]:
         """The scored regions this run holds points of ``mode`` (and ``scaling``) on."""
-        return sorted({(p["first_token"], p["tokens"]) for p in self.curve
+        return sorted({region_of(p) for p in self.curve
                        if p["mode"] == mode and point_scaling(p) == scaling})
 
     def points(self, mode: str, region: Region, scaling: ScalingKey = None) -> dict[int, dict]:
@@ -100,7 +104,7 @@ class RunResult:
         most context per token) stands for that length."""
         out: dict[int, dict] = {}
         ours = (p for p in self.curve
-                if p["mode"] == mode and (p["first_token"], p["tokens"]) == region
+                if p["mode"] == mode and region_of(p) == region
                 and point_scaling(p) == scaling)
         for p in sorted(ours, key=lambda p: -p["stride"]):
             out[p["length"]] = p
@@ -125,14 +129,14 @@ def read_identity(run: Run, info: dict) -> dict:
 
 
 
-def read_points(file: Path) -> tuple[list[dict], list[dict], list[dict]]:
+def read_points(file: Path) -> dict:
     """A completed run's eval.json (records.read_eval): it exists and holds points."""
     if not file.is_file():
         raise PosexpError(f"{file} does not exist")
     data = read_eval(file)
     if not data["curve"] and not data["tasks"]:
         raise PosexpError(f"{file} is damaged: the curve holds no points")
-    return data["curve"], data["per_position"], data["tasks"]
+    return data
 
 
 def load_run(path: Path) -> RunResult:
@@ -154,10 +158,13 @@ def load_run(path: Path) -> RunResult:
             return RunResult(path, info)
         check_fields(path / RUN, "", info, {}, ("encoding", "seq_len"))
         ident = read_identity(run, info)
-        curve, per_position, tasks = read_points(path / EVAL)
+        data = read_points(path / EVAL)
     except PosexpError as e:
         return RunResult(path, {"status": DAMAGED, "reason": str(e)})
-    return RunResult(path, info, ident, curve, per_position, tasks)
+    compression = {name: record["compression"] for name, record in data["spans"].items()
+                   if isinstance(record.get("compression"), dict)}
+    return RunResult(path, info, ident, data["curve"], data["per_position"], data["tasks"],
+                     compression)
 
 
 def run_dirs(root: Path) -> list[Path]:

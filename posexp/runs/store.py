@@ -46,7 +46,7 @@ from posexp.runs.files import (
     now,
     shorten,
 )
-from posexp.runs.points import point_key, point_scaling, task_point_key
+from posexp.runs.points import point_key, point_scaling, region, task_point_key
 from posexp.runs.records import read_eval
 from posexp.scaling import order as scaling_order
 
@@ -220,11 +220,16 @@ class Run:
         return read_eval(self.path / EVAL)
 
     def write_eval(self, curve: list[dict], per_position: dict | None,
-                   tasks: list[dict] = (), **fields: Any) -> dict:
+                   tasks: list[dict] = (), spans: tuple[str, dict] | None = None,
+                   **fields: Any) -> dict:
         """Merge new curve points and task points into eval.json; a curve point with the same
         mode, length, stride, scored region and RoPE scaling replaces the old one, a task
-        point with the same task_point_key too; others stay beside them."""
+        point with the same task_point_key too; others stay beside them.  ``spans`` is the
+        (id, record) of the layout the new points name (posexp/spans.py), kept under
+        "spans" beside those of older points."""
         data = self.read_eval()
+        if spans is not None:
+            data["spans"] = {**data["spans"], spans[0]: spans[1]}
         new = {point_key(p) for p in curve}
         data["curve"] = [p for p in data["curve"] if point_key(p) not in new] + curve
         data["curve"].sort(key=lambda p: (p["mode"], scaling_order(point_scaling(p)),
@@ -238,8 +243,7 @@ class Run:
         if per_position is not None:
             data["per_position"] = [
                 p for p in data["per_position"]
-                if (p.get("length"), p.get("first_token"), p.get("tokens"))
-                != (per_position["length"], per_position["first_token"], per_position["tokens"])
+                if (p.get("length"), region(p)) != (per_position["length"], region(per_position))
             ] + [per_position]
         data.update(fields, updated_at=now())
         atomic_write_json(self.path / EVAL, data)

@@ -35,9 +35,12 @@ def test_train_then_eval(posexp, tmp_path, encoding):
     curve = read_json(run / "eval.json")["curve"]
     assert [(p["mode"], p["length"]) for p in curve] == [
         ("nonoverlapping", L) for L in (16, 32, 64)]
-    # the scored region: the last 512 targets of the validation stream, at every length
-    last = info["corpus"]["val_tokens"] - 1 - 512
-    assert all(p["tokens"] == 512 and p["first_token"] == last for p in curve)
+    # the scored text: the same spans of 512 targets over every validation document, at
+    # every length, recorded beside the points
+    layouts = read_json(run / "eval.json")["spans"]
+    assert len({p["spans"] for p in curve}) == 1 and list(layouts) == [curve[0]["spans"]]
+    assert all(p["tokens"] == 512 and p["documents"] == 38 for p in curve)
+    assert sum(layouts[curve[0]["spans"]]["length"]) == 512
     if encoding == "learned":
         assert [p["applicable"] for p in curve] == [True, False, False]
         assert "n/a" in r.stdout

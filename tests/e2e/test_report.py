@@ -7,7 +7,6 @@ Only two tests go through the real CLI.
 from posexp import config as C
 from tests.unit.test_report import (  # noqa: F401
     NO,
-    REGION,
     SMALL,
     VERSIONS,
     config_text,

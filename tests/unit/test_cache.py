@@ -49,7 +49,8 @@ def test_meta_records_the_size_and_sha256_of_each_file(words, tmp_path):
     load_corpus(cfg_for(words, tmp_path, tokenizer="bpe", vocab_size=300))
     directory = token_dir(tmp_path)
     files = json.loads((directory / "meta.json").read_text())["files"]
-    assert sorted(files) == ["tokenizer.json", "train.bin", "val.bin"]
+    assert sorted(files) == ["tokenizer.json", "train.bin", "train.docs.npy", "val.bin",
+                            "val.docs.npy"]
     for name, record in files.items():
         data = (directory / name).read_bytes()
         assert record == {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
@@ -82,6 +83,14 @@ DAMAGES = {
                         r'meta\.json has no valid "files"'),
     "old format": (edit_meta(lambda m: m.pop("files")),
                    r"meta\.json records no sizes or checksums \(an older posexp wrote it\)"),
+    "no document offsets": (
+        edit_meta(lambda m: [m["files"].pop(f"{s}.docs.npy") for s in ("train", "val")]),
+        r"meta\.json records no document offsets \(an older posexp wrote it\)"),
+    "missing val.docs.npy": (lambda d: (d / "val.docs.npy").unlink(),
+                             "cannot read val.docs.npy: No such file or directory"),
+    "changed val.docs.npy": (lambda d: np.save(d / "val.docs.npy", np.load(d / "val.docs.npy")
+                                               [:-1]),
+                             r"val\.docs\.npy has \d+ bytes, meta\.json records \d+"),
 }
 
 
@@ -90,6 +99,8 @@ def test_a_damaged_cache_is_named_and_rebuilt(words, tmp_path, capsys, damage, p
     cfg = cfg_for(words, tmp_path)
     corpus = load_corpus(cfg)
     train, val = np.array(corpus.train), np.array(corpus.val)
+    documents = np.array(corpus.val_documents)
+    assert len(documents) == corpus.documents["val"] > 1
     directory = token_dir(tmp_path)
     del corpus  # release the memory maps
     capsys.readouterr()
@@ -103,6 +114,7 @@ def test_a_damaged_cache_is_named_and_rebuilt(words, tmp_path, capsys, damage, p
     assert warning.endswith("; rebuilding it")
     assert re.search(problem, warning), warning
     assert np.array_equal(again.train, train) and np.array_equal(again.val, val)
+    assert np.array_equal(again.val_documents, documents)
     assert again.describe()["train_tokens"] == train.size
     assert cache_problem(directory, ("train", "val")) is None
     assert cache_entries(tmp_path) == [directory.name]  # the damaged copy is gone

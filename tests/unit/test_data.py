@@ -13,6 +13,7 @@ from posexp.data.source import cut_blocks
 from posexp.data.stdlib import stdlib_files
 from posexp.data.text import ENWIK8_SIZE
 from posexp.errors import UsageError
+from posexp.evaluate import scored_spans
 from posexp.model import GPT, GPTConfig
 from tests.conftest import score_curve
 from tests.corpora import cache_entries, data_cfg, word_files, write_words
@@ -31,6 +32,14 @@ def test_split_is_by_document_and_deterministic(tmp_path):
     val, train = bytes(corpus.val), bytes(corpus.train)
     assert (b"text 7\n" in val) == ("doc7.txt" in held_out) != (b"text 7\n" in train)
     assert val.count(SEPARATOR) == len(held_out) - 1
+    # where each validation document starts: 0, then after each separator
+    starts = corpus.val_documents.tolist()
+    assert len(starts) == len(held_out) and starts[0] == 0
+    assert all(val[s - len(SEPARATOR) : s] == SEPARATOR for s in starts[1:])
+    texts = [val[a : b - len(SEPARATOR)] for a, b in zip(starts, [*starts[1:], len(val)
+                                                                   + len(SEPARATOR)],
+                                                          strict=True)]
+    assert sorted(texts) == sorted(f"text {doc[3:-4]}\n".encode() for doc in held_out)
 
 
 def test_single_file_is_split_at_a_line_start(tmp_path):
@@ -205,9 +214,17 @@ def test_bits_per_byte_compare_tokenizers(words, tmp_path):
         for p in model.parameters():
             torch.nn.init.zeros_(p)
         n = 2000
+        # the documents start after each separator, in tokens of either tokenizer
+        docs = corpus.val_documents
+        assert len(docs) == corpus.documents["val"] > 1 and (np.diff(docs) > 0).all()
+        before = corpus.val[docs[1:] - 1]  # the separator's token, one byte, every time
+        assert len(set(before.tolist())) == 1 and corpus.token_bytes[before[0]] == 1
         curve, _ = score_curve(model, corpus.val, [32], "nonoverlapping", None, n,
-                                       4096, 4, torch.device("cpu"), corpus.token_bytes)
-        scored = corpus.token_bytes[corpus.val[-n:]].sum()  # the last n targets are scored
+                               4096, 4, torch.device("cpu"), corpus.token_bytes,
+                               documents=docs)
+        assert curve[0]["documents"] == len(docs)  # every document holds scored targets
+        spans = scored_spans(len(corpus.val), docs, n)
+        scored = corpus.token_bytes[corpus.val[spans.targets()]].sum()
         log2v = math.log2(corpus.vocab_size)
         assert curve[0]["bits_per_token"] == pytest.approx(log2v)
         assert curve[0]["bits_per_byte"] == pytest.approx(log2v * n / scored)

@@ -33,6 +33,7 @@ from posexp.report.series import (
 )
 from posexp.report.tables import CSV_COLUMNS
 from posexp.runs import load_run, load_runs
+from posexp.spans import Spans
 from posexp.sweep import summarize
 from tests.conftest import compose_args as compose
 from tests.reports import (
@@ -42,8 +43,18 @@ from tests.reports import (
     terminal_table,
     write_tables,
 )
+from tests.runs_on_disk import eval_file, spans_of
 
 C.register()
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    """The figures a test draws are closed after it (pyplot keeps every one open)."""
+    yield
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
 
 
 SMALL = ("model.d_model=32", "model.n_layer=1", "model.n_head=2")
@@ -52,7 +63,11 @@ SMALL = ("model.d_model=32", "model.n_layer=1", "model.n_head=2")
 NO = "nonoverlapping"
 
 
-REGION = (1000, 512)  # (first_token, tokens)
+TOKENS = 512
+# the spans every point here scores unless a test says otherwise (eval.json names them)
+SPANS = spans_of(TOKENS, val_tokens=20_000)
+# a stretch of the stream (first_token, tokens): what posexp scored before it spread spans
+STRETCH = (1000, 512)
 
 
 VERSIONS = {"posexp": "0.1.0", "python": "3.11.7", "torch": "2.13.0"}
@@ -67,31 +82,41 @@ def config_text(overrides: tuple[str, ...]) -> str:
     return OmegaConf.to_yaml(C.resolve(cfg), resolve=True)
 
 
-def point(mode: str, length: int, ppl: float | None, region=REGION) -> dict:
-    """A curve point as evaluate.py writes it; ppl None: not applicable at that length."""
+def region_fields(region: Spans | tuple[int, int]) -> dict:
+    """What a point says it scored: its spans, or (eval.json of an older posexp) a stretch."""
+    if isinstance(region, Spans):
+        return {"spans": region.id, "documents": region.documents, "first_token": None,
+                "tokens": region.tokens}
     first, tokens = region
+    return {"first_token": first, "tokens": tokens}
+
+
+def point(mode: str, length: int, ppl: float | None, region=SPANS) -> dict:
+    """A curve point as evaluate.py writes it, without the sums of its documents (no
+    interval); ppl None: not applicable at that length."""
     loss = None if ppl is None else math.log(ppl)
     bits = None if loss is None else loss / math.log(2)
     return {"mode": mode, "length": length, "stride": length if mode == NO else length // 2,
-            "first_token": first, "tokens": tokens, "applicable": ppl is not None,
+            **region_fields(region), "applicable": ppl is not None,
             "reason": None if ppl is not None else f"positions stop before {length}",
             "loss": loss, "ppl": ppl, "bits_per_token": bits, "bits_per_byte": bits,
             "seconds": 0.5}
 
 
-def curve(ppl: dict[int, float | None], mode: str = NO, region=REGION) -> list[dict]:
+def curve(ppl: dict[int, float | None], mode: str = NO, region=SPANS) -> list[dict]:
     return [point(mode, length, v, region) for length, v in ppl.items()]
 
 
-def scored(mode: str, length: int, ppl: float, region=REGION, stride: int | None = None,
+def scored(mode: str, length: int, ppl: float, region=SPANS, stride: int | None = None,
            seed: int = 0) -> dict:
     """A point as posexp writes it now: per-token losses with mean exactly log(ppl), summed
-    into blocks, and the bootstrap interval of its perplexity."""
+    per document (a stretch: into blocks), and the bootstrap interval of its perplexity."""
     p = point(mode, length, ppl, region)
     p["stride"] = stride or p["stride"]
-    losses = np.random.default_rng([seed, length]).normal(0.0, 0.5, region[1])
+    losses = np.random.default_rng([seed, length]).normal(0.0, 0.5, p["tokens"])
     losses += math.log(ppl) - losses.mean()
-    p["block_loss"], p["block_tokens"] = stats.block_sums(losses)
+    p["block_loss"], p["block_tokens"] = stats.cluster_sums(losses, region) \
+        if isinstance(region, Spans) else stats.block_sums(losses)
     p["ppl_low"], p["ppl_high"] = stats.ppl_interval(p)
     return p
 
@@ -119,11 +144,10 @@ def write_run(path: Path, text: str, points: list[dict], name: str | None = None
     longest = max(p["length"] for p in points)
     ends = [2**k for k in range(longest.bit_length())]  # buckets 1, 2, 3-4, 5-8, ...
     per_position = per_position or {
-        "length": longest, "first_token": points[0]["first_token"],
-        "tokens": points[0]["tokens"], "position": [0, *ends[:-1]], "position_end": ends,
+        "length": longest, **{k: points[0].get(k) for k in ("spans", "first_token", "tokens")},
+        "position": [0, *ends[:-1]], "position_end": ends,
         "loss": [3.0 - k / 10 for k in range(len(ends))]}
-    (path / "eval.json").write_text(json.dumps({"curve": points,
-                                                "per_position": [per_position]}))
+    (path / "eval.json").write_text(eval_file(points, [per_position]))
     return path
 
 
@@ -136,10 +160,15 @@ def make_run(root: Path, name: str, *overrides: str, encoding: str = "rope", seq
     return write_run(root / name, text, points, **fields)
 
 
+def value(iv: stats.Interval | None) -> float | None:
+    """An interval's value to twelve digits: the mean over seeds is taken on the log scale,
+    so one seed's 5.0 comes back as exp(log 5), 4.999999999999999."""
+    return iv and float(f"{iv.value:.12g}")
+
+
 def ppl_at(s, length: int) -> float | None:
     """The series' mean perplexity at ``length`` (None: not applicable)."""
-    cell = curve_cells(s, s.strides[0])[length]
-    return cell.ppl and cell.ppl.value
+    return value(curve_cells(s, s.strides[0])[length].ppl)
 
 
 # --- series ------------------------------------------------------------------------------
@@ -237,6 +266,20 @@ def test_an_encodings_own_settings_label_only_its_series(tmp_path):
     assert "| sinusoidal | 16 | 1000 | 1 | 1 | **6.500** | 9.000 |" in md
 
 
+def test_each_encodings_own_learning_rate_does_not_split_the_labels(tmp_path):
+    """Each encoding trains at the learning rate its preset's sweep chose: the labels compare
+    it among the runs of one encoding, never across encodings."""
+    make_run(tmp_path, "rope", "train.lr=0.002", ppl={16: 4.0, 32: 5.0})
+    make_run(tmp_path, "alibi", "train.lr=0.001", encoding="alibi", ppl={16: 4.0, 32: 4.5})
+    series, _ = build_series(load_runs(tmp_path)[0])
+    assert sorted(s.label for s in series) == ["alibi L=16", "rope L=16"]
+    make_run(tmp_path, "rope-slow", "train.lr=0.0005", ppl={16: 4.5, 32: 5.5})
+    series, _ = build_series(load_runs(tmp_path)[0])
+    # two of one encoding: the key is named, in every label
+    assert sorted(s.label for s in series) == ["alibi L=16 · lr=0.001", "rope L=16 · lr=0.0005",
+                                               "rope L=16 · lr=0.002"]
+
+
 def test_runs_of_the_same_config_and_seed_count_once(tmp_path, capsys):
     make_run(tmp_path, "a-s0", ppl={16: 4.0, 32: 4.0, 64: 4.0})
     make_run(tmp_path, "b-s0", ppl={16: 100.0, 32: 100.0, 64: 100.0})  # same seed as a-s0
@@ -258,24 +301,34 @@ def test_runs_of_the_same_config_and_seed_count_once(tmp_path, capsys):
 
 def test_points_of_different_scored_regions_are_never_averaged(tmp_path):
     make_run(tmp_path, "s0", seed=0, ppl={16: 4.0, 32: 4.0, 64: 4.0})
-    # seed 1 was scored on the same region and, after eval.tokens changed, on another one
+    # seed 1 was scored on the same spans and, after eval.tokens changed, on other ones
+    other = spans_of(256, val_tokens=20_000)
     make_run(tmp_path, "s1", seed=1,
              points=curve({16: 6.0, 32: 6.0, 64: 6.0})
-             + curve({16: 20.0, 32: 20.0, 64: 20.0}, region=(2000, 256)))
+             + curve({16: 20.0, 32: 20.0, 64: 20.0}, region=other))
+    # seed 2 holds points of a stretch of as many tokens, from before posexp spread spans
+    make_run(tmp_path, "s2", seed=2, points=curve({16: 9.0, 32: 9.0, 64: 9.0},
+                                                  region=STRETCH))
     runs, _ = load_runs(tmp_path)
     series, _ = build_series(runs)
-    assert [(s.label, len(s.members), ppl_at(s, 16)) for s in series] == [
-        ("rope L=16 · scored 512 tok @ 1000", 2, pytest.approx(math.sqrt(4 * 6))),
-        ("rope L=16 · scored 256 tok @ 2000", 1, 20.0),
-    ]
+    assert sorted((s.label, len(s.members), ppl_at(s, 16)) for s in series) == sorted([
+        (f"rope L=16 · scored 512 tok in {SPANS.id}", 2, pytest.approx(math.sqrt(4 * 6))),
+        (f"rope L=16 · scored 256 tok in {other.id}", 1, 20.0),
+        ("rope L=16 · scored 512 tok @ 1000", 1, 9.0),
+    ])
     md = markdown(runs, [], "t")
     assert "| encoding | L_train | scored | seeds |" in md
-    assert "| rope | 16 | 256 tok @ 2000 | 1 | **20.00** | 20.00 | 20.00 |" in md
+    assert f"| rope | 16 | 256 tok in {other.id} | 1 | **20.00** | 20.00 | 20.00 |" in md
+    assert "| rope | 16 | 512 tok @ 1000 | 1 | **9.000** | 9.000 | 9.000 |" in md
     write_tables(runs, [], tmp_path, "t")
     rows = list(csv.DictReader((tmp_path / "summary.csv").open()))
-    other = [row for row in rows if row["first_token"] == "2000"]
-    assert len(other) == 3 and {row["run"] for row in other} == {"s1"}
-    assert {row["series"] for row in other} == {"rope L=16 · scored 256 tok @ 2000"}
+    others = [row for row in rows if row["spans"] == other.id]
+    assert len(others) == 3 and {row["run"] for row in others} == {"s1"}
+    assert {row["series"] for row in others} == {f"rope L=16 · scored 256 tok in {other.id}"}
+    assert {row["documents"] for row in others} == {str(other.documents)}
+    stretch = [row for row in rows if row["run"] == "s2"]
+    assert {(row["spans"], row["documents"], row["tokens"]) for row in stretch} == {
+        ("", "", "512")}
 
 
 def test_modes_are_separate_series(tmp_path):
@@ -303,14 +356,15 @@ def test_summary_csv_has_a_row_per_run_and_point_with_the_run_columns(tmp_path):
                                   "seed", "n_params", "d_model", "n_layer", "n_head",
                                   "corpus", "corpus_fingerprint", "tokenizer",
                                   "tokenizer_fingerprint", "steps", "tokens_trained", "mode",
-                                  "stride", "length", "first_token", "tokens",
+                                  "stride", "length", "spans", "documents", "tokens",
                                   "applicable")} == {
         "experiment": tmp_path.name, "run": "rope-L16-s3", "series": "rope L=16",
         "encoding": "rope", "train_seq_len": "16", "seed": "3", "n_params": "12345",
         "d_model": "32", "n_layer": "1", "n_head": "2", "corpus": "stdlib",
         "corpus_fingerprint": "c0ffee", "tokenizer": "byte", "tokenizer_fingerprint": "b17e5",
         "steps": "100", "tokens_trained": "204800", "mode": NO, "stride": "16",
-        "length": "16", "first_token": "1000", "tokens": "512", "applicable": "True"}
+        "length": "16", "spans": SPANS.id, "documents": "16", "tokens": "512",
+        "applicable": "True"}
     assert float(first["ppl"]) == pytest.approx(5.0)
     assert float(first["loss"]) == pytest.approx(math.log(5.0))
     assert rows[1]["applicable"] == "False" and rows[1]["ppl"] == ""
@@ -453,17 +507,26 @@ def test_one_seed_is_drawn_with_its_bootstrap_intervals(tmp_path):
     points = {p["length"]: p for p in runs[0].curve}
     cells = curve_cells(s, None)
     for length, p in points.items():
-        assert (cells[length].ppl.low, cells[length].ppl.high) == (p["ppl_low"], p["ppl_high"])
+        # the cluster bootstrap over the point's documents, as eval.json records it
+        assert (cells[length].ppl.low, cells[length].ppl.high) == pytest.approx(
+            (p["ppl_low"], p["ppl_high"]), rel=1e-12)
         assert cells[length].ppl.low < p["ppl"] < cells[length].ppl.high
-        assert cells[length].ratio == stats.ratio_interval(p, points[16])
-    assert cells[64].ratio.method == "bootstrap over 64 blocks"
+        assert cells[length].ppl.method == "one seed: cluster bootstrap over 16 documents"
+        # the ratio's is paired: the same documents drawn at both lengths
+        paired = stats.ratio_interval(p, points[16])
+        ratio = cells[length].ratio
+        assert ratio.value == pytest.approx(paired.value)
+        assert (ratio.low, ratio.high) == pytest.approx((paired.low, paired.high), rel=1e-6)
+    assert cells[16].ratio.low == pytest.approx(1.0) == cells[16].ratio.high
+    assert cells[64].ratio.method == "one seed: cluster bootstrap over 16 documents"
 
     fig = extrapolation_figure(runs, NO)
     ppl_band, ratio_band = (band_ys(ax)[0] for ax in panels(fig))
-    assert min(ppl_band) == points[16]["ppl_low"] and max(ppl_band) == points[64]["ppl_high"]
+    assert min(ppl_band) == pytest.approx(points[16]["ppl_low"])
+    assert max(ppl_band) == pytest.approx(points[64]["ppl_high"])
     assert max(ratio_band) == cells[64].ratio.high
-    assert "95% intervals, bootstrap over 64 blocks of the scored tokens (one seed" \
-        in caption(fig)
+    assert ("95% intervals, one seed: cluster bootstrap over 16 documents (a ratio's is "
+            "paired: the same documents drawn at both lengths)") in caption(fig)
 
     write_tables(runs, [], tmp_path, "t")
     md = (tmp_path / "summary.md").read_text()
@@ -478,7 +541,25 @@ def test_one_seed_is_drawn_with_its_bootstrap_intervals(tmp_path):
         (points[L]["ppl_low"], points[L]["ppl_high"]) for L in (16, 32, 64)]
 
 
+def test_a_stretch_of_an_older_eval_json_is_resampled_in_blocks(tmp_path):
+    make_run(tmp_path, "rope", points=[scored(NO, L, v, region=STRETCH)
+                                       for L, v in {16: 5.0, 32: 6.0}.items()])
+    runs = load_runs(tmp_path)[0]
+    [s] = build_series(runs)[0]
+    cells = curve_cells(s, None)
+    p = runs[0].curve[1]
+    assert (cells[32].ppl.low, cells[32].ppl.high) == pytest.approx(
+        (p["ppl_low"], p["ppl_high"]), rel=1e-12)
+    assert cells[32].ratio.method == "one seed: cluster bootstrap over 64 blocks of one stretch"
+    fig = extrapolation_figure(runs, NO)
+    assert "the same 512 validation tokens vs" in fig.subfigs[0].texts[0].get_text()
+    assert "95% intervals, one seed: cluster bootstrap over 64 blocks of one stretch" \
+        in caption(fig)
+
+
 def test_several_seeds_are_drawn_with_a_t_interval_across_them(tmp_path):
+    """The seeds' spread (Student-t, on the log scale) and the documents' (the cluster
+    bootstrap of the seeds' mean, each seed's documents drawn alike) add up."""
     ppl = {0: {16: 4.0, 32: 5.0, 64: 6.0}, 1: {16: 4.2, 32: 5.5, 64: 7.0},
            2: {16: 4.1, 32: 5.1, 64: 6.5}}
     for seed, values in ppl.items():
@@ -486,25 +567,58 @@ def test_several_seeds_are_drawn_with_a_t_interval_across_them(tmp_path):
     runs = load_runs(tmp_path)[0]
     [s] = build_series(runs)[0]
     cells = curve_cells(s, None)
-    assert cells[32].ppl == stats.t_interval([5.0, 5.5, 5.1], log=True)
-    assert cells[64].ratio == stats.t_interval([6.0 / 4.0, 7.0 / 4.2, 6.5 / 4.1], log=True)
+    at = {r.seed: {p["length"]: p for p in r.curve} for r in runs}
+    t = 4.302653  # t(0.975, 2)
+
+    def expected(statistic):
+        logs = np.log([statistic(lambda L, seed=seed: at[seed][L]["ppl"]) for seed in at])
+        boot = np.mean([np.log(statistic(lambda L, seed=seed: np.exp(
+            stats.resampled_loss(at[seed][L])))) for seed in at], axis=0)
+        half = t * math.sqrt(logs.var(ddof=1) / 3 + boot.var(ddof=1))
+        return [math.exp(logs.mean() + d) for d in (0, -half, half)]
+
+    assert [cells[32].ppl.value, cells[32].ppl.low, cells[32].ppl.high] == pytest.approx(
+        expected(lambda ppl: ppl(32)), rel=1e-5)
+    assert cells[32].ppl.value == pytest.approx((5.0 * 5.5 * 5.1) ** (1 / 3))
+    assert [cells[64].ratio.value, cells[64].ratio.low, cells[64].ratio.high] == \
+        pytest.approx(expected(lambda ppl: ppl(64) / ppl(16)), rel=1e-5)
+    method = "t over 3 seeds + cluster bootstrap over 16 documents (log scale)"
+    assert cells[32].ppl.method == cells[64].ratio.method == method
+    # wider than the seeds alone
+    alone = stats.t_interval([5.0, 5.5, 5.1], log=True)
+    assert cells[32].ppl.low < alone.low and cells[32].ppl.high > alone.high
     fig = extrapolation_figure(runs, NO)
     assert "rope L=16 (3 seeds)" in series_lines(fig)
-    assert "95% intervals, t over 3 seeds (log scale)." in caption(fig)
-    assert "bootstrap" not in caption(fig)
+    assert f"95% intervals, {method} (a ratio's is paired" in caption(fig)
 
 
-def test_identical_seeds_give_a_band_of_zero_width(tmp_path):
+def test_identical_seeds_add_no_width_of_their_own(tmp_path):
+    """Seeds that agree to the last token leave the documents' share alone: without the
+    documents' sums the band has zero width, with them it is the cluster bootstrap's (of the
+    seeds' mean, the one seed's) with the t quantile of three seeds."""
     for seed in (0, 1, 2):
-        make_run(tmp_path, f"rope-s{seed}", seed=seed,
-                 points=scored_curve({16: 5.0, 32: 5.0, 64: 5.0}))
-    runs = load_runs(tmp_path)[0]
+        make_run(tmp_path / "bare", f"rope-s{seed}", seed=seed,
+                 ppl={16: 5.0, 32: 5.0, 64: 5.0})
+    runs = load_runs(tmp_path / "bare")[0]
     fig = extrapolation_figure(runs, NO)
     ppl_band, ratio_band = (band_ys(ax)[0] for ax in panels(fig))
     assert ppl_band == pytest.approx([5.0] * len(ppl_band))
     assert ratio_band == pytest.approx([1.0] * len(ratio_band))
     assert "| rope | 16 | 3 | **5.000** [5.000, 5.000] | 5.000 [5.000, 5.000] |" \
         in markdown(runs, [], "t")
+
+    for seed in (0, 1, 2):
+        make_run(tmp_path / "scored", f"rope-s{seed}", seed=seed,
+                 points=scored_curve({16: 5.0, 32: 5.0, 64: 5.0}))
+    runs = load_runs(tmp_path / "scored")[0]
+    [s] = build_series(runs)[0]
+    cells = curve_cells(s, None)
+    p = runs[0].curve[1]
+    half = 4.302653 * stats.resampled_loss(p).std(ddof=1)
+    assert (cells[32].ppl.low, cells[32].ppl.high) == pytest.approx(
+        (5.0 * math.exp(-half), 5.0 * math.exp(half)), rel=1e-5)
+    # a point's ratio to itself: the same documents drawn for both, 1 in every resample
+    assert (cells[16].ratio.low, cells[16].ratio.high) == pytest.approx((1.0, 1.0))
 
 
 def test_points_without_block_losses_are_drawn_without_a_band_and_say_so(tmp_path):
@@ -556,7 +670,7 @@ def test_several_sliding_strides_are_one_curve_each(tmp_path):
     runs = load_runs(tmp_path)[0]
     series, _ = build_series(runs)
     curves = mode_curves(series, "sliding")
-    assert [(c.label, {L: cell.ppl.value for L, cell in c.cells.items()}) for c in curves] == [
+    assert [(c.label, {L: value(cell.ppl) for L, cell in c.cells.items()}) for c in curves] == [
         ("rope L=16 · stride L/2", {16: 3.0, 32: 3.5}),
         ("alibi L=16 · stride L/2", {16: 5.0, 32: 5.0, 64: 5.1}),
         # the point at 16 has stride 8, half its window: it belongs to both
@@ -576,7 +690,7 @@ def test_several_sliding_strides_are_one_curve_each(tmp_path):
 
 
 def test_per_position_figure_draws_positions_from_1_with_standard_error_bands(tmp_path):
-    record = {"mode": NO, "length": 64, "first_token": REGION[0], "tokens": REGION[1],
+    record = {"mode": NO, "length": 64, "spans": SPANS.id, "tokens": TOKENS,
               "windows": 8, "position": [0, 1, 2, 4, 8, 16, 32],
               "position_end": [1, 2, 4, 8, 16, 32, 64],
               "loss": [3.0, 2.5, 2.2, 2.0, 1.9, 1.8, 2.4],
@@ -615,19 +729,26 @@ def test_titles_say_what_the_numbers_are_and_why_parameter_counts_differ(tmp_pat
     text = describe(build_series(runs)[0])
     assert text == ("stdlib corpus, byte tokens · d_model 32, 1 layer, 2 heads · 12,345 "
                     "parameters (learned L=16: 12,857, +512 for its 16x32 position table) · "
-                    "trained on 0.2M tokens")
+                    "trained on 0.2M tokens (16.6 per parameter)")
     title = extrapolation_figure(runs, NO).subfigs[0].texts[0].get_text()
-    assert title.startswith("Perplexity on the same 512 validation tokens vs evaluation "
-                            "window (nonoverlapping)\nstdlib corpus")
+    assert title.startswith("Perplexity on the same 512 validation tokens spread over the "
+                            "split vs evaluation window (nonoverlapping)\nstdlib corpus")
     assert text in markdown(runs, [], "t")
-    # sinusoidal's head is untied by default: its own vocabulary (256) x d_model (32) weights,
-    # said in the title; its label does not name the tying, each encoding's own default
-    make_run(tmp_path, "sinusoidal", encoding="sinusoidal", ppl={16: 5.0, 32: 9.0},
-             n_params=12345 + 256 * 32)
+    # sinusoidal's head is tied, as every encoding's: the same count as rope's, unnamed
+    make_run(tmp_path, "sinusoidal", encoding="sinusoidal", ppl={16: 5.0, 32: 9.0})
     series = build_series(load_runs(tmp_path)[0])[0]
-    assert "sinusoidal L=16: 20,537, +8,192 for its untied 256x32 output head" in describe(
-        series)
+    assert describe(series) == text
     assert [s.label for s in series] == ["learned L=16", "sinusoidal L=16", "rope L=16"]
+    # an untied head (model.tie_weights=false) is its own vocabulary (256) x d_model (32)
+    # weights, said in the title, and the label names the setting that tells it apart
+    make_run(tmp_path, "untied", "model.tie_weights=false", encoding="sinusoidal",
+             ppl={16: 5.0, 32: 9.0}, n_params=12345 + 256 * 32)
+    series = build_series(load_runs(tmp_path)[0])[0]
+    assert "sinusoidal L=16 · tie_weights=False: 20,537, +8,192 for its untied 256x32 " \
+        "output head" in describe(series)
+    assert [s.label for s in series] == [
+        "learned L=16 · tie_weights=True", "sinusoidal L=16 · tie_weights=False",
+        "sinusoidal L=16 · tie_weights=True", "rope L=16 · tie_weights=True"]
     # more series of their own counts than a title can name: the range, and where each is
     for i in range(4):
         make_run(tmp_path, f"wide{i}", f"model.d_ff={64 + 32 * i}", ppl={16: 5.0, 32: 6.0},
@@ -687,6 +808,14 @@ DAMAGE = {
                      "eval.json", "curve point 1: 'mode' is '../x', not nonoverlapping or sliding"),
     "ppl not a number": (_edit_json("eval.json", lambda d: d["curve"][0].update(ppl="x")),
                          "eval.json", "is damaged: curve point 1: 'ppl' is 'x', not a number"),
+    "spans not in the file": (_edit_json("eval.json", lambda d: d["spans"].clear()),
+                              "eval.json", "curve point 1: its spans '"),
+    "spans ragged": (_edit_json("eval.json", lambda d: d["spans"][SPANS.id]["length"].pop()),
+                     "eval.json", f"is damaged: spans {SPANS.id}: first, length and document "
+                     "are not lists of one length of non-negative integers"),
+    "point of no region": (_edit_json("eval.json", lambda d: d["curve"][0].pop("spans")),
+                           "eval.json", "curve point 1: it names neither its spans nor its "
+                           "first_token"),
     "per_position ragged": (
         _edit_json("eval.json", lambda d: d["per_position"][0].update(loss=[1.0])),
         "eval.json", "is damaged: per_position record 1: position, position_end, loss and "
