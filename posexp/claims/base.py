@@ -1,35 +1,121 @@
-"""How a claim is judged: its tests, each a statistic compared with a threshold, measured per
-seed on the curves the claim names, with a 95% interval.
+"""How a claim is judged: its tests, each a statistic of the curves it names with its 95%
+interval, read against the region its kind and margin declare.
 
-* the statistic (a ratio of perplexities) is computed per seed and reported with its
-  interval: Student-t over the seeds on the log scale (the centre is the geometric mean) when
-  there are two or more, else the paired bootstrap over the scored text's blocks
-  (posexp/stats.py), which says how sure one run's number is but not how another seed would
-  have trained;
-* the verdict is *holds* when the whole interval lies on the claim's side of the threshold,
-  *does not hold* when it lies wholly on the other side, and *inconclusive* when it straddles
-  the threshold; *not measured* when a curve it needs is missing.
+* Every statistic is a ratio of perplexities (or, for a task claim, a difference of
+  accuracies), computed per seed; its interval is over seeds and documents together
+  (stats.over_seeds): Student-t over the seeds with the documents' cluster-bootstrap variance
+  added, or for one seed the cluster bootstrap alone.
+* Each test declares its **kind** (``Kind``): *superiority* (the statistic lies beyond a
+  bound: better, or worse, by more than the margin), *non-inferiority* (it is not worse --
+  or not better -- by more than the margin) or *equivalence* (within the margin both ways).
+  The margin and its reason are fixed in the preset (``Margin``) before anything trains.
+  One rule for every kind: the test **holds** when the whole interval lies inside the
+  kind's region, **does not hold** when it lies wholly outside, and is **inconclusive**
+  otherwise.  A claim holds when all its tests hold, does not hold when one does not.
+* Each test's one-sided p-value (the largest over its region's bounds) makes the claim's
+  p-value (the largest over its tests); ``correct`` applies Holm's rule within the suite and
+  a claim that holds only uncorrected reads "inconclusive" in the Holm column.
+* Values shown ``beside`` a claim (the degradation ratio beside a claim about perplexity
+  far past L) are measured the same way and judged by nothing.
 
 A claim never compares points scored on different validation tokens, or in different modes.
 """
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable
-from dataclasses import astuple, dataclass
-
-import numpy as np
+from dataclasses import astuple, dataclass, field, replace
 
 from posexp import stats
-from posexp.report.series import Series, build_series, curve_name, region_text
-from posexp.runs import Region, RunResult
+from posexp.report.series import Series, build_series, curve_name
+from posexp.runs import Region, RunResult, is_spread, region_text
 from posexp.scaling import Key as Scaling
 
 NONOVERLAPPING, SLIDING = "nonoverlapping", "sliding"
 HOLDS, FAILS, INCONCLUSIVE, UNMEASURED = "holds", "does not hold", "inconclusive", "not measured"
 VARIANT_KEYS = ("train.random_positions",)  # identity keys a claim may compare runs on
-TRAIN_SPEED = "training speed"  # the "length" at which a curve holds its training speed
+SUPERIORITY, NON_INFERIORITY, EQUIVALENCE = "superiority", "non-inferiority", "equivalence"
+
+
+@dataclass(frozen=True)
+class Margin:
+    """A margin as a preset fixes it: its size and why that size."""
+
+    margin: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What a test asks of its statistic: that it lies in (low, high), either end open."""
+
+    name: str  # superiority | non-inferiority | equivalence
+    low: float | None
+    high: float | None
+    margin: float  # as declared, for the verdict table
+    scale: str = "ratio"  # ratio (margins are relative) or difference (absolute)
+
+    @property
+    def text(self) -> str:
+        region = " and ".join([*([f"> {self.low:.4g}"] if self.low is not None else []),
+                               *([f"< {self.high:.4g}"] if self.high is not None else [])])
+        size = f"{self.margin:.0%}" if self.scale == "ratio" else f"{self.margin:g}"
+        return f"{self.name}, margin {size} ({region})"
+
+
+# Kinds of a ratio of perplexities (lower is better), margins relative: 0.05 is 5%.
+def lower(margin: float = 0.0) -> Kind:
+    """Superiority: lower than 1 by more than the margin."""
+    return Kind(SUPERIORITY, None, 1 / (1 + margin), margin)
+
+
+def higher(margin: float = 0.0) -> Kind:
+    """Superiority: higher than 1 by more than the margin."""
+    return Kind(SUPERIORITY, 1 + margin, None, margin)
+
+
+def no_higher(margin: float) -> Kind:
+    """Non-inferiority: not higher than 1 by the margin or more."""
+    return Kind(NON_INFERIORITY, None, 1 + margin, margin)
+
+
+def no_lower(margin: float) -> Kind:
+    """Non-inferiority the other way: not lower than 1 by the margin or more."""
+    return Kind(NON_INFERIORITY, 1 / (1 + margin), None, margin)
+
+
+def same(margin: float) -> Kind:
+    """Equivalence: within the margin of 1 both ways (symmetric on the log scale)."""
+    return Kind(EQUIVALENCE, 1 / (1 + margin), 1 + margin, margin)
+
+
+def decide(interval: stats.Interval, kind: Kind) -> str:
+    """holds, does not hold or inconclusive: where the interval lies against the region."""
+    if interval.low is None or interval.high is None:
+        return INCONCLUSIVE
+    above_low = kind.low is None or interval.low > kind.low
+    below_high = kind.high is None or interval.high < kind.high
+    if above_low and below_high:
+        return HOLDS
+    if (kind.low is not None and interval.high <= kind.low) or \
+            (kind.high is not None and interval.low >= kind.high):
+        return FAILS
+    return INCONCLUSIVE
+
+
+def p_value(interval: stats.Interval, kind: Kind) -> float | None:
+    """The one-sided p-value of "the statistic lies in the region": the largest over its
+    bounds (an intersection-union test); None without an interval."""
+    tails = [interval.p_value(bound, below) for bound, below in
+             ((kind.low, False), (kind.high, True)) if bound is not None]
+    return None if None in tails or not tails else max(tails)
+
+
+def combined(decisions: list[str]) -> str:
+    """A claim's verdict from its tests': all hold: holds; one wholly on the wrong side: does
+    not hold; otherwise inconclusive."""
+    return FAILS if FAILS in decisions else HOLDS if all(
+        d == HOLDS for d in decisions) else INCONCLUSIVE
 
 
 @dataclass(frozen=True)
@@ -55,45 +141,53 @@ class CurveRef:
 
 
 # ppl(curve, evaluation length): one seed's perplexity, or the bootstrap resamples of it (an
-# array; every point's blocks drawn alike).  At the length TRAIN_SPEED, the run's training
-# tokens per second.
-Lookup = Callable[..., "float | np.ndarray"]
+# array; every point's documents drawn alike).
+Lookup = Callable[..., "float | object"]
 
 
 @dataclass(frozen=True)
 class Test:
-    """One comparison of a claim: ``statistic`` (op) ``threshold``."""
+    """One comparison of a claim: ``statistic`` read against ``kind``."""
 
     label: str
-    statistic: Callable[[Lookup], float | np.ndarray]
-    op: str  # "<=" or ">="
-    threshold: float
-    speed: bool = False  # a ratio of training speeds: no bootstrap interval for one seed
+    statistic: Callable[[Lookup], object]
+    kind: Kind
 
 
 @dataclass(frozen=True)
+class Shown:
+    """A value shown beside a claim's verdict, judged by nothing."""
+
+    label: str
+    statistic: Callable[[Lookup], object]
+
+
+@dataclass
 class Claim:
-    number: int
     text: str
     source: str
-    why: str  # why this threshold
+    scope: str  # the paper's scale, beside this run's in the verdict table
+    why: str  # why this kind and margin
     needs: list  # the curves (CurveRef) or, for a task claim, the arms (tasks.Arm)
     tests: list  # Test, or tasks.AccuracyTest
+    beside: list = field(default_factory=list)  # Shown
 
 
 @dataclass
 class Verdict:
     claim: str
     source: str
-    threshold: str
+    kind: str  # each test's kind and margin, and why
+    scope: str  # the paper's scale; this run's
     measured: str
     verdict: str  # holds | does not hold | inconclusive | not measured
     interval: str  # where the intervals come from
+    p: float | None = None  # one-sided, the largest over the claim's tests
+    holm: str = UNMEASURED  # the verdict after Holm's correction within the suite
 
 
-def threshold_text(claim: Claim) -> str:
-    return "; ".join(f"{t.label} {t.op} {t.threshold:g}" for t in claim.tests) + \
-        f" ({claim.why})"
+def kind_text(claim: Claim) -> str:
+    return "; ".join(f"{t.label}: {t.kind.text}" for t in claim.tests) + f" ({claim.why})"
 
 
 def variant_of(run: RunResult) -> tuple:
@@ -106,134 +200,115 @@ def randomized(encoding: str, train_len: int, positions: int) -> CurveRef:
     return CurveRef(encoding, train_len, variant=(("train.random_positions", positions),))
 
 
-def speed_point(run: RunResult) -> dict:
-    """The run's training speed as a point a claim can read (a speed has no blocks, so one
-    seed gives it no interval)."""
-    speed = run.info.get("tok_per_s")
-    ok = isinstance(speed, int | float) and not isinstance(speed, bool) and speed > 0
-    return {"ppl": float(speed) if ok else None, "applicable": ok}
-
-
 class Missing(Exception):
     """A claim needs a point its runs do not hold."""
 
 
 class Curves:
     """The preset's completed runs as series, for claims to look up by curve, every curve of
-    one claim on one scored region."""
+    one claim on one scored region: spans of ``n_tokens`` targets over the validation
+    split (points scored on one stretch before posexp spread them are not used)."""
 
     def __init__(self, runs: list[RunResult], n_tokens: int) -> None:
         self.series = build_series(runs)[0]
         self.n_tokens = n_tokens
 
-    def measure(self, needs: list[CurveRef]) -> dict[CurveRef, dict[int, dict]] | str:
-        """seed -> length -> point of each needed curve, all on one region of eval.tokens
-        tokens, or why there is none.  eval.tokens puts its region at the end of the
-        validation split, so of the regions every curve holds, the one that starts latest
-        is the preset's own; older runs may hold points on other regions beside it."""
+    def find(self, need: CurveRef) -> dict[Region, Series] | str:
+        by_region: dict[Region, Series] = {}
+        for s in self.series:
+            if (s.encoding, s.train_len, s.mode, s.scaling, s.fine_tune,
+                    variant_of(s.members[0])) != astuple(need):
+                continue
+            if s.region in by_region:
+                return f"two configs of {need.text}: {by_region[s.region].label} and {s.label}"
+            by_region[s.region] = s
+        return by_region or f"no completed run of {need.text} with {need.mode} points"
+
+    def measure(self, needs: list[CurveRef]) -> tuple[dict, list[RunResult]] | str:
+        """(seed -> length -> point of each needed curve, all on one region; the runs read),
+        or why there is none."""
         found: dict[CurveRef, dict[Region, Series]] = {}
         for need in needs:
-            by_region: dict[Region, Series] = {}
-            for s in self.series:
-                if (s.encoding, s.train_len, s.mode, s.scaling, s.fine_tune,
-                        variant_of(s.members[0])) != astuple(need):
-                    continue
-                if s.region in by_region:
-                    return (f"two configs of {need.text}: {by_region[s.region].label} "
-                            f"and {s.label}")
-                by_region[s.region] = s
-            if not by_region:
-                return f"no completed run of {need.text} with {need.mode} points"
-            found[need] = by_region
+            got = self.find(need)
+            if isinstance(got, str):
+                return got
+            found[need] = got
         common = set.intersection(*(set(by_region) for by_region in found.values()))
-        common = {region for region in common if region[1] == self.n_tokens}
-        if not common:
+        common = {g for g in common if g[1] == self.n_tokens and is_spread(g)}
+        if len(common) != 1:
             held = "; ".join(f"{need.text} {need.mode}: "
                              + ", ".join(region_text(r) for r in sorted(found[need]))
                              for need in needs)
-            return f"no scored region of {self.n_tokens} tokens common to its runs ({held})"
-        region = max(common)
-        return {need: {r.seed: {**r.points(need.mode, region, need.scaling),
-                                TRAIN_SPEED: speed_point(r)}
-                       for r in found[need][region].members} for need in needs}
+            what = "no" if not common else "more than one"
+            return (f"{what} layout of {self.n_tokens:,} spread validation tokens common to "
+                    f"its runs ({held}; `posexp eval RUN` scores an older run on them)")
+        region = common.pop()
+        runs = [r for need in needs for r in found[need][region].members]
+        return {need: {r.seed: r.points(need.mode, region, need.scaling)
+                       for r in found[need][region].members} for need in needs}, runs
 
 
-def decide(interval: stats.Interval, op: str, threshold: float) -> str:
-    """holds, does not hold or inconclusive: where the interval lies against the threshold."""
-    if interval.low is None or interval.high is None:
-        return INCONCLUSIVE
-    on_side = operator.le if op == "<=" else operator.ge
-    if on_side(interval.low, threshold) and on_side(interval.high, threshold):
-        return HOLDS
-    if not on_side(interval.low, threshold) and not on_side(interval.high, threshold):
-        return FAILS
-    return INCONCLUSIVE
+def scope_text(claim: Claim, runs: list[RunResult]) -> str:
+    """The paper's scale and this measurement's: parameters, training tokens and tokens per
+    parameter, training length."""
+    params = sorted({r.info.get("n_params") for r in runs if r.info.get("n_params")})
+    tokens = sorted({r.info.get("tokens_trained") for r in runs if r.info.get("tokens_trained")})
+    lengths = sorted({r.train_len for r in runs})
+    if not params or not tokens:
+        return f"paper: {claim.scope}"
+    ratio = tokens[-1] / params[-1]
+    return (f"paper: {claim.scope}; here: {_span(params, 1e6, 'M')} parameters, "
+            f"{_span(tokens, 1e6, 'M')} tokens ({ratio:.1f} per parameter), "
+            f"L = {', '.join(map(str, lengths))}")
 
 
-def combined(decisions: list[str]) -> str:
-    """A claim's verdict from its tests': all hold: holds; one wholly on the wrong side: does
-    not hold; otherwise inconclusive."""
-    return FAILS if FAILS in decisions else HOLDS if all(
-        d == HOLDS for d in decisions) else INCONCLUSIVE
+def _span(values: list, unit: float, suffix: str) -> str:
+    low, high = values[0] / unit, values[-1] / unit
+    return f"{low:.2f}{suffix}" if low == high else f"{low:.2f}-{high:.2f}{suffix}"
 
 
-def judge(claim: Claim, curves: Curves) -> Verdict:
+def judge(claim: Claim, curves: Curves, number: int) -> Verdict:
     """The claim's verdict: every test's statistic with its interval, combined."""
-    def unmeasured(reason: str) -> Verdict:
-        return Verdict(f"{claim.number}. {claim.text}", claim.source, threshold_text(claim),
-                       f"not measured: {reason}", UNMEASURED, "")
-
+    name = f"{number}. {claim.text}"
     got = curves.measure(claim.needs)
     if isinstance(got, str):
-        return unmeasured(got)
-    seeds = sorted(set.intersection(*(set(by_seed) for by_seed in got.values())))
-    if not seeds:
-        return unmeasured("its runs share no seed")
+        return Verdict(name, claim.source, kind_text(claim), f"paper: {claim.scope}",
+                       f"not measured: {got}", UNMEASURED, "")
+    points, runs = got
+    seeds = sorted(set.intersection(*(set(by_seed) for by_seed in points.values())))
 
-    def point(seed: int, need: CurveRef, length: object) -> dict:
-        p = got[need][seed].get(length)
-        if length == TRAIN_SPEED and not p["applicable"]:
-            raise Missing(f"{need.text} (seed {seed}) recorded no training speed")
-        if p is None or not p["applicable"]:
-            raise Missing(f"{need.text} has no {need.mode} point at {length}")
-        return p
+    def lookup(seed: int) -> Callable[..., dict]:
+        def point(need: CurveRef, length: int) -> dict:
+            p = points[need][seed].get(length)
+            if p is None or not p["applicable"]:
+                raise Missing(f"{need.text} has no {need.mode} point at {length}")
+            return p
+        return point
 
     try:
-        if len(seeds) > 1:
-            intervals = [stats.t_interval([
-                float(t.statistic(lambda need, length, s=s: point(s, need, length)["ppl"]))
-                for s in seeds], log=True) for t in claim.tests]
-            method = f"Student-t over seeds {', '.join(map(str, seeds))} (log scale)"
-        else:
-            intervals = [_bootstrap(t, lambda need, length: point(seeds[0], need, length))
-                         for t in claim.tests]
-            method = f"one seed ({seeds[0]}): bootstrap over the scored text's blocks"
+        if not seeds:
+            raise Missing("its runs share no seed")
+        looks = [lookup(s) for s in seeds]
+        intervals = [stats.over_seeds(t.statistic, looks) for t in claim.tests]
+        shown = [(b.label, stats.over_seeds(b.statistic, looks)) for b in claim.beside]
     except Missing as e:
-        return unmeasured(str(e))
-    verdict = combined([decide(i, t.op, t.threshold)
-                        for i, t in zip(intervals, claim.tests, strict=True)])
+        return Verdict(name, claim.source, kind_text(claim), scope_text(claim, runs),
+                       f"not measured: {e}", UNMEASURED, "")
+    verdict = combined([decide(i, t.kind) for i, t in zip(intervals, claim.tests, strict=True)])
+    ps = [p_value(i, t.kind) for i, t in zip(intervals, claim.tests, strict=True)]
     measured = "; ".join(
-        f"{t.label} = {i.text(3)}" if i.low is not None else
-        f"{t.label} = {i.value:.3f} (no interval: " + (
-            "a speed has none from one seed)" if t.speed else "rescore with posexp eval RUN)")
-        for t, i in zip(claim.tests, intervals, strict=True))
-    return Verdict(f"{claim.number}. {claim.text}", claim.source, threshold_text(claim),
-                   measured, verdict, method)
+        [f"{t.label} = {i.text(3)}" for t, i in zip(claim.tests, intervals, strict=True)]
+        + [f"beside: {label} = {i.text(3)}" for label, i in shown])
+    return Verdict(name, claim.source, kind_text(claim), scope_text(claim, runs), measured,
+                   verdict, intervals[0].method, None if None in ps else max(ps))
 
 
-def _bootstrap(test: Test, point: Callable[..., dict]) -> stats.Interval:
-    """One seed: the statistic on the measured perplexities, and its percentile interval over
-    bootstrap resamples of the scored blocks (the same blocks for every point)."""
-    value = float(test.statistic(lambda need, length: point(need, length)["ppl"]))
-    if test.speed:
-        return stats.Interval(value, None, None, 1, "no interval")
-    try:
-        samples = test.statistic(
-            lambda need, length: np.exp(stats.resampled_loss(point(need, length))))
-    except ValueError:  # points written before posexp recorded block losses
-        return stats.Interval(value, None, None, 1, "no interval")
-    low, high = stats.percentile_interval(np.asarray(samples))
-    return stats.Interval(value, low, high, 1, "bootstrap")
+def correct(rows: list[Verdict]) -> list[Verdict]:
+    """Holm's step-down rule over the suite's measured claims (stats.holm): a claim that
+    holds keeps "holds" only if Holm rejects its p-value; the others keep their verdict."""
+    rejected = stats.holm([v.p if v.verdict != UNMEASURED else None for v in rows])
+    return [replace(v, holm=INCONCLUSIVE if v.verdict == HOLDS and not ok else v.verdict)
+            for v, ok in zip(rows, rejected, strict=True)]
 
 
 def degradation(need: CurveRef, m: int) -> Callable[[Lookup], object]:

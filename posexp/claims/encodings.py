@@ -1,7 +1,8 @@
 """The claim set ``encodings`` (configs/reproduce/encodings.yaml, encodings-gpu.yaml): the
 encodings that came after the seed's four -- randomized positions (Ruoss et al.) against the
 same encoding without them, xPos against RoPE, KERPLE and FIRE against ALiBi.  Its presets
-train every registered encoding (``every_encoding: true``)."""
+train every registered encoding (``every_encoding: true``).  A claim that an encoding helps
+far past L is judged on perplexity there, its degradation ratio shown beside."""
 
 from __future__ import annotations
 
@@ -9,65 +10,85 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig
 
-from posexp.claims.base import Claim, CurveRef, Test, at, degradation, randomized, ratio_of
+from posexp.claims.base import (
+    Claim,
+    CurveRef,
+    Margin,
+    Shown,
+    Test,
+    at,
+    degradation,
+    lower,
+    no_higher,
+    randomized,
+    ratio_of,
+)
 from posexp.claims.press import learned_property
 from posexp.claims.registry import ClaimSet, Sections, register_claim_set
-from posexp.claims.sources import CHI, LI, RUOSS, SUN
+from posexp.claims.sources import CHI, CHI_SCALE, LI, LI_SCALE, RUOSS, RUOSS_SCALE, SUN, SUN_SCALE
 
 
 @dataclass
 class Thresholds:
-    degradation_at: int  # randomized vs plain, xPos vs RoPE: ppl(kL)/ppl(L)
+    degradation_at: int  # randomized vs plain, xPos vs RoPE: ppl(kL)
     far_at: int  # KERPLE and FIRE vs ALiBi: ppl(mL)
     random_positions: int  # M of the randomized runs
     randomized: list  # encodings trained with and without random positions
+    better: Margin  # every superiority claim "a is better than b": by more than this
+    tie: Margin  # every "at least as good as": no worse than this
+
+
+def helps(a: CurveRef, b: CurveRef, k: int, what: str, th: DictConfig) -> tuple[list, list]:
+    """(the test that ``a`` is better than ``b`` at kL, the values shown beside it: their
+    degradations' ratio, and their ratio at L)."""
+    L = a.train_len
+    return ([Test(f"{what} ppl({k}L)", at(a, k * L, b, k * L), lower(float(th.better.margin)))],
+            [Shown(f"{what} degradation at {k}L", ratio_of(degradation(a, k),
+                                                           degradation(b, k))),
+             Shown(f"{what} ppl(L)", at(a, L, b, L))])
 
 
 def randomized_claims(L: int, th: DictConfig) -> list[Claim]:
     k, M = int(th.degradation_at), int(th.random_positions)
     return [
-        Claim(10 + i, f"Training on random positions below {M} makes {enc} degrade less past "
-                      "L than training on 0..L-1",
+        Claim(f"Training on random positions below {M} makes {enc} better past L than "
+              "training on 0..L-1",
               f"{RUOSS}, §4 (shown there on algorithmic tasks; tested here on perplexity)",
-              "1 is 'degrades alike'; the runs share their batches, so the positions are the "
-              "only difference",
+              RUOSS_SCALE, f"{th.better.reason}; the runs share their batches, so the "
+                           "positions are the only difference",
               [CurveRef(enc, L), randomized(enc, L, M)],
-              [Test(f"{enc} randomized/plain degradation at {k}L",
-                    ratio_of(degradation(randomized(enc, L, M), k),
-                             degradation(CurveRef(enc, L), k)), "<=", 1.0)])
-        for i, enc in enumerate(th.randomized)]
+              *helps(randomized(enc, L, M), CurveRef(enc, L), k, f"{enc} randomized/plain",
+                     th))
+        for enc in th.randomized]
 
 
-def later_claims(L: int, th: DictConfig, first: int) -> list[Claim]:
-    k, far = int(th.degradation_at), int(th.far_at)
+def later_claims(L: int, th: DictConfig) -> list[Claim]:
+    k, far, tie = int(th.degradation_at), int(th.far_at), float(th.tie.margin)
     xpos, rope, alibi = CurveRef("xpos", L), CurveRef("rope", L), CurveRef("alibi", L)
     kerple, fire = CurveRef("kerple_log", L), CurveRef("fire", L)
     return [
-        Claim(first, "xPos degrades less past L than RoPE", f"{SUN}, §3 and Table 3 (measured "
-                     "there with blockwise causal attention, which posexp does not use)",
-              "xPos's scale is proposed as RoPE's fix for extrapolation; 1 is 'degrades alike'",
-              [xpos, rope],
-              [Test(f"xpos/rope degradation at {k}L", ratio_of(
-                  degradation(xpos, k), degradation(rope, k)), "<=", 1.0)]),
-        Claim(first + 1, f"KERPLE's logarithmic kernel is at least as good as ALiBi far past L "
-                         f"({far}L)", f"{CHI}, Tables 2-3 (kerple log beats ALiBi at the "
-                                      "longest lengths)", "1 is a tie",
-              [kerple, alibi],
-              [Test(f"kerple_log/alibi ppl({far}L)", at(kerple, far * L, alibi, far * L), "<=",
-                    1.0)]),
-        Claim(first + 2, f"FIRE is at least as good as ALiBi far past L ({far}L)",
-              f"{LI}, §4 (language modelling at lengths beyond training)", "1 is a tie",
-              [fire, alibi],
-              [Test(f"fire/alibi ppl({far}L)", at(fire, far * L, alibi, far * L), "<=", 1.0)]),
+        Claim("xPos is better than RoPE past L", f"{SUN}, §3 and Table 3 (measured there with "
+                                                 "blockwise causal attention, which posexp "
+                                                 "does not use)",
+              SUN_SCALE, th.better.reason, [xpos, rope], *helps(xpos, rope, k, "xpos/rope", th)),
+        Claim(f"KERPLE's logarithmic kernel is at least as good as ALiBi far past L ({far}L)",
+              f"{CHI}, Tables 2-3 (kerple log beats ALiBi at the longest lengths)", CHI_SCALE,
+              th.tie.reason, [kerple, alibi],
+              [Test(f"kerple_log/alibi ppl({far}L)", at(kerple, far * L, alibi, far * L),
+                    no_higher(tie))]),
+        Claim(f"FIRE is at least as good as ALiBi far past L ({far}L)",
+              f"{LI}, §4 (language modelling at lengths beyond training)", LI_SCALE,
+              th.tie.reason, [fire, alibi],
+              [Test(f"fire/alibi ppl({far}L)", at(fire, far * L, alibi, far * L),
+                    no_higher(tie))]),
     ]
 
 
 def sections(preset: DictConfig) -> Sections:
     L, th = int(preset.train_seq_len), preset.thresholds
-    random = randomized_claims(L, th)
-    return [(f"Randomized positions ({RUOSS.split(',')[0]})", random),
+    return [(f"Randomized positions ({RUOSS.split(',')[0]})", randomized_claims(L, th)),
             (f"The later encodings ({SUN.split(',')[0]}; {CHI.split(',')[0]}; "
-             f"{LI.split(',')[0]})", later_claims(L, th, 10 + len(random)))]
+             f"{LI.split(',')[0]})", later_claims(L, th))]
 
 
 register_claim_set(ClaimSet("encodings", Thresholds, sections, note=learned_property))

@@ -14,11 +14,13 @@ from pathlib import Path
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
+from posexp.claims.base import Margin
 from posexp.claims.registry import CLAIM_SETS, ClaimSet
 from posexp.config import CONFIG_DIR
 from posexp.errors import UsageError, flat
 
 DEFAULT_SET = "press"
+DEFAULT_ENCODING = "rope"  # configs/config.yaml's, for a run that names none
 
 
 @dataclass
@@ -38,6 +40,9 @@ class Preset:
     seeds: list | None = None  # every run at every seed (default [0])
     sliding: bool | None = None  # score sliding windows too (default true)
     finetunes: list | None = None  # each {parent: [overrides], overrides: [overrides]}
+    # each encoding's learning rate (encoding -> lr), from the suite's sweep: added to every
+    # run (and fine-tune parent) of that encoding that sets none itself
+    learning_rates: dict | None = None
 
 
 def preset_path(name: str) -> Path:
@@ -75,7 +80,8 @@ def load_preset(name: str) -> tuple[DictConfig, ClaimSet]:
 
 
 KINDS = {int: "a number", float: "a number", list: "a list", str: "a string",
-         bool: "true or false", dict: "a mapping"}
+         bool: "true or false", dict: "a mapping",
+         Margin: "a mapping of margin (a number, 0 or more) and reason (why that margin)"}
 
 
 def _kind(field_type: object) -> type:
@@ -86,6 +92,10 @@ def _kind(field_type: object) -> type:
 def _fits(value: object, kind: type) -> bool:
     if kind in (int, float):
         return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is Margin:  # a claim's margin is fixed in the preset with its reason
+        return isinstance(value, dict) and set(value) == {"margin", "reason"} \
+            and _fits(value["margin"], float) and 0 <= value["margin"] < float("inf") \
+            and isinstance(value["reason"], str) and bool(value["reason"].strip())
     return isinstance(value, kind)
 
 
@@ -117,7 +127,11 @@ def _check(path: Path, tree: dict, schema: type, where: str, claim_set: ClaimSet
 
 
 def _check_lists(path: Path, tree: dict) -> None:
-    """Runs and fine-tunes are lists of overrides (strings)."""
+    """Runs and fine-tunes are lists of overrides (strings); learning rates positive."""
+    for encoding, lr in (tree.get("learning_rates") or {}).items():
+        if not (_fits(lr, float) and 0 < lr < float("inf")):
+            raise UsageError(f"preset {path}: learning_rates.{encoding} must be a positive "
+                             f"number, got {lr!r:.40}")
     for i, run in enumerate(tree["runs"], 1):
         if not isinstance(run, list) or not all(isinstance(o, str) for o in run):
             raise UsageError(f"preset {path}: run {i} must be a list of overrides, got {run!r}")
@@ -143,7 +157,22 @@ def preset_runs(preset: DictConfig) -> list[list[str]]:
                   if all(o.startswith("encoding.hparams.") for o in run[1:])}
         runs += [[f"encoding={name}"] for name in in_order()
                  if f"encoding={name}" not in listed]
-    return runs
+    return [with_lr(preset, run) for run in runs]
+
+
+def with_lr(preset: DictConfig, run: list[str]) -> list[str]:
+    """``run``'s overrides and, when the preset has learning_rates and the run sets no
+    train.lr, its encoding's learning rate; a UsageError when the preset has none for it."""
+    rates = preset.get("learning_rates")
+    if not rates or any(o.startswith("train.lr=") for o in (*preset.overrides, *run)):
+        return list(run)
+    encoding = next((o.split("=", 1)[1] for o in reversed([*preset.overrides, *run])
+                     if o.startswith("encoding=")), DEFAULT_ENCODING)
+    if encoding not in rates:
+        raise UsageError(f"preset {preset.get('experiment')}: learning_rates has no rate for "
+                         f"encoding {encoding} (every encoding trains at its own, from the "
+                         "suite's sweep)")
+    return [*run, f"train.lr={rates[encoding]}"]
 
 
 def report_dir(preset: DictConfig, name: str) -> str:

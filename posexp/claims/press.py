@@ -1,6 +1,8 @@
-"""The claim set ``press`` (configs/reproduce/cpu.yaml, gpu.yaml): the claims of Press et
-al. (ALiBi), with T5's relative bias where the preset gives its thresholds, two about NoPE,
-and the fair-baseline claim."""
+"""The claim set ``press`` (configs/reproduce/cpu.yaml, gpu.yaml): the claims of Press et al.
+(ALiBi) -- with T5's relative bias where the preset has its margin, and whether ALiBi's
+longer windows use their context -- two about NoPE, and the fair-baseline claim.  A claim
+that an encoding helps far past L is judged on perplexity there (absolute), its degradation
+ratio ppl(mL)/ppl(L) shown beside."""
 
 from __future__ import annotations
 
@@ -12,17 +14,32 @@ from omegaconf import DictConfig
 from posexp.claims.base import (
     NONOVERLAPPING,
     SLIDING,
-    TRAIN_SPEED,
     Claim,
     CurveRef,
     Lookup,
+    Margin,
+    Shown,
     Test,
     at,
     degradation,
+    higher,
+    lower,
+    no_higher,
+    no_lower,
     ratio_of,
+    same,
 )
 from posexp.claims.registry import ClaimSet, Sections, register_claim_set
-from posexp.claims.sources import HAVIV, KAZEMNEJAD, PRESS, VASWANI
+from posexp.claims.sources import (
+    HAVIV,
+    HAVIV_SCALE,
+    KAZEMNEJAD,
+    KAZEMNEJAD_SCALE,
+    PRESS,
+    PRESS_SCALE,
+    VASWANI,
+    VASWANI_SCALE,
+)
 from posexp.runs import RunResult
 
 # the absolute and relative encodings NoPE is compared with at the training length
@@ -32,14 +49,18 @@ OTHERS = ("learned", "sinusoidal", "rope", "alibi")
 @dataclass
 class Thresholds:
     sinusoidal_blowup_at: int  # claims 1 and 6 compare ppl at this multiple of L
-    sinusoidal_blowup: float  # claim 1: ppl(kL) >= this x ppl(L)
-    rope_between_at: list  # claim 2: RoPE's degradation between ALiBi's and sinusoidal's here
+    sinusoidal_blowup: Margin  # claim 1: sinusoidal ppl(kL)/ppl(L) above 1 + margin
+    rope_between_at: list  # claim 2: the multiples of L it compares at
+    better: Margin  # every superiority claim "a is better than b": by more than this
     alibi_flat_at: list  # claim 3: at these multiples of L ...
-    alibi_flat: float  # ... ppl(mL) <= this x ppl(L)
-    nope_margin: float  # claim 5: NoPE ppl(L) within this share of the best encoding's
-    t5_flat_at: list | None = None  # claim 7 (with t5_flat): T5's ppl(mL)/ppl(L) here ...
-    t5_flat: float | None = None  # ... at most this
-    fair_baseline: float | None = None  # claim 9: sinusoidal ppl(L) / learned ppl(L) at most
+    alibi_flat: Margin  # ... ALiBi's ppl(mL)/ppl(L) no higher than 1 + margin
+    alibi_vs_longer: Margin  # claim 4: ALiBi at 2L no worse than sinusoidal trained at 2L
+    nope_margin: Margin  # claim 5: NoPE's ppl(L) no worse than the best encoding's
+    context_at: list  # ALiBi's sliding windows of these multiples of L ...
+    context: Margin  # ... score no better than at L by this (they do not use the context)
+    t5_flat_at: list | None = None  # T5's ppl(mL)/ppl(L) here ...
+    t5_flat: Margin | None = None  # ... no higher than 1 + margin
+    fair_baseline: Margin | None = None  # sinusoidal and learned equivalent at L
 
 
 def _curve(enc: str, L: int, mode: str = NONOVERLAPPING) -> CurveRef:
@@ -47,120 +68,108 @@ def _curve(enc: str, L: int, mode: str = NONOVERLAPPING) -> CurveRef:
 
 
 def press_claims(L: int, th: DictConfig) -> list[Claim]:
-    """Claims 1-4: how sinusoidal, RoPE and ALiBi extrapolate (Press et al.)."""
-    k = int(th.sinusoidal_blowup_at)
-    rope_at = [int(m) for m in th.rope_between_at]
-
-    def ratio(enc: str, m: int, mode: str = NONOVERLAPPING):
-        return degradation(_curve(enc, L, mode), m)
-
+    """How sinusoidal, RoPE and ALiBi extrapolate (Press et al.)."""
+    k, better = int(th.sinusoidal_blowup_at), float(th.better.margin)
+    rope, alibi, sin = (_curve(e, L) for e in ("rope", "alibi", "sinusoidal"))
     return [
-        Claim(1, "Sinusoidal positions do not extrapolate", f"{PRESS}, Fig. 1 and §2.1",
-              f"Fig. 1: sinusoidal perplexity climbs steeply within a few hundred tokens past "
-              f"L; doubling by {k}L is a failure that seed noise cannot produce",
-              [_curve("sinusoidal", L)],
-              [Test(f"sinusoidal ppl({k}L)/ppl(L)", ratio("sinusoidal", k), ">=",
-                    float(th.sinusoidal_blowup))]),
-        Claim(2, "RoPE extrapolates only a little: it degrades past L more than ALiBi and "
-                 "less than sinusoidal", f"{PRESS}, Fig. 1 and §2.2",
-              "the paper's ordering of the three curves at 2L and 4L; 1 is 'no difference'",
-              [_curve(enc, L) for enc in ("rope", "alibi", "sinusoidal")],
-              [test for m in rope_at for test in (
-                  Test(f"rope/alibi degradation at {m}L", ratio_of(ratio("rope", m),
-                                                                   ratio("alibi", m)),
-                       ">=", 1.0),
-                  Test(f"sinusoidal/rope degradation at {m}L",
-                       ratio_of(ratio("sinusoidal", m), ratio("rope", m)), ">=", 1.0))]),
-        Claim(3, "ALiBi extrapolates: no worse past L, nonoverlapping and sliding",
-              f"{PRESS}, Fig. 1, Table 2 and §5",
-              f"the paper's ALiBi curves stay at or below ppl(L) to 16L; {th.alibi_flat:g} "
-              "allows for a model a thousand times smaller",
-              [_curve("alibi", L), _curve("alibi", L, SLIDING)],
+        Claim("Sinusoidal positions do not extrapolate", f"{PRESS}, Fig. 1 and §2.1",
+              PRESS_SCALE, th.sinusoidal_blowup.reason, [sin],
+              [Test(f"sinusoidal ppl({k}L)/ppl(L)", degradation(sin, k),
+                    higher(float(th.sinusoidal_blowup.margin)))]),
+        Claim("RoPE extrapolates only a little: past L it is worse than ALiBi and better "
+              "than sinusoidal", f"{PRESS}, Fig. 1 and §2.2", PRESS_SCALE, th.better.reason,
+              [rope, alibi, sin],
+              [test for m in map(int, th.rope_between_at) for test in (
+                  Test(f"rope/alibi ppl({m}L)", at(rope, m * L, alibi, m * L), higher(better)),
+                  Test(f"sinusoidal/rope ppl({m}L)", at(sin, m * L, rope, m * L),
+                       higher(better)))],
+              [Shown(f"{a.encoding}/{b.encoding} degradation at {m}L",
+                     ratio_of(degradation(a, m), degradation(b, m)))
+               for m in map(int, th.rope_between_at) for a, b in ((rope, alibi), (sin, rope))]),
+        Claim("ALiBi extrapolates: no worse past L, nonoverlapping and sliding",
+              f"{PRESS}, Fig. 1, Table 2 and §5", PRESS_SCALE, th.alibi_flat.reason,
+              [alibi, _curve("alibi", L, SLIDING)],
               [Test(f"alibi{' sliding' if mode == SLIDING else ''} ppl({m}L)/ppl(L)",
-                    ratio("alibi", int(m), mode), "<=", float(th.alibi_flat))
+                    degradation(_curve("alibi", L, mode), int(m)),
+                    no_higher(float(th.alibi_flat.margin)))
                for mode in (NONOVERLAPPING, SLIDING) for m in th.alibi_flat_at]),
-        Claim(4, "ALiBi trained at L and evaluated at 2L is at least as good as sinusoidal "
-                 "trained at 2L on the same token budget", f"{PRESS}, abstract and Fig. 4",
-              "'achieving the same perplexity': a ratio of 1 is a tie",
-              [_curve("alibi", L), _curve("sinusoidal", 2 * L)],
+        Claim("ALiBi trained at L and evaluated at 2L is no worse than sinusoidal trained "
+              "at 2L on the same token budget", f"{PRESS}, abstract and Fig. 4", PRESS_SCALE,
+              th.alibi_vs_longer.reason, [alibi, _curve("sinusoidal", 2 * L)],
               [Test(f"alibi(L={L}) / sinusoidal(L={2 * L}) at 2L",
-                    at(_curve("alibi", L), 2 * L, _curve("sinusoidal", 2 * L), 2 * L),
-                    "<=", 1.0)]),
+                    at(alibi, 2 * L, _curve("sinusoidal", 2 * L), 2 * L),
+                    no_higher(float(th.alibi_vs_longer.margin)))]),
     ]
 
 
+def context_claims(L: int, th: DictConfig) -> list[Claim]:
+    """Whether ALiBi's longer sliding windows use their extra context (Press et al., §5)."""
+    alibi = _curve("alibi", L, SLIDING)
+    return [Claim(
+        "ALiBi's longer windows do not use their extra context: sliding perplexity at mL is "
+        "no better than at L", f"{PRESS}, §5 (the analysis of why ALiBi extrapolates)",
+        PRESS_SCALE, th.context.reason, [alibi],
+        [Test(f"alibi sliding ppl({m}L)/ppl(L)", degradation(alibi, int(m)),
+              no_lower(float(th.context.margin))) for m in th.context_at])]
+
+
 def nope_claims(L: int, th: DictConfig) -> list[Claim]:
-    """Claims 5-6: no positional encoding at and past the training length."""
-    k = int(th.sinusoidal_blowup_at)
+    """No positional encoding at and past the training length."""
+    k, nope, sin = int(th.sinusoidal_blowup_at), _curve("nope", L), _curve("sinusoidal", L)
 
     def nope_gap(ppl: Lookup) -> object:
         best = ppl(_curve(OTHERS[0], L), L)
         for enc in OTHERS[1:]:
             best = np.minimum(best, ppl(_curve(enc, L), L))
-        return ppl(_curve("nope", L), L) / best
+        return ppl(nope, L) / best
 
     return [
-        Claim(5, "Without any position signal the causal mask still teaches order: NoPE is "
-                 "competitive at the training length", f"{HAVIV}, Tables 1-2",
-              f"Haviv et al. call a small gap that shrinks with scale competitive; posexp's "
-              f"line is {th.nope_margin:.0%} (configs/reproduce)",
-              [_curve(enc, L) for enc in ("nope", *OTHERS)],
-              [Test("nope ppl(L) / best encoding's ppl(L)", nope_gap, "<=",
-                    1 + float(th.nope_margin))]),
-        Claim(6, "NoPE degrades less past L than absolute (sinusoidal) positions",
+        Claim("Without any position signal the causal mask still teaches order: NoPE is "
+              "competitive at the training length", f"{HAVIV}, Tables 1-2", HAVIV_SCALE,
+              th.nope_margin.reason, [nope, *(_curve(enc, L) for enc in OTHERS)],
+              [Test("nope ppl(L) / best encoding's ppl(L)", nope_gap,
+                    no_higher(float(th.nope_margin.margin)))]),
+        Claim("NoPE is better than absolute (sinusoidal) positions past L",
               f"{KAZEMNEJAD}, §4 (shown there on algorithmic tasks; tested here on "
-              "perplexity)", "1 is 'degrades alike'",
-              [_curve("nope", L), _curve("sinusoidal", L)],
-              [Test(f"nope/sinusoidal degradation at {k}L",
-                    ratio_of(degradation(_curve("nope", L), k),
-                             degradation(_curve("sinusoidal", L), k)), "<=", 1.0)]),
+              "perplexity)", KAZEMNEJAD_SCALE, th.better.reason, [nope, sin],
+              [Test(f"nope/sinusoidal ppl({k}L)", at(nope, k * L, sin, k * L),
+                    lower(float(th.better.margin)))],
+              [Shown(f"nope/sinusoidal degradation at {k}L",
+                     ratio_of(degradation(nope, k), degradation(sin, k)))]),
     ]
 
 
 def t5_claims(L: int, th: DictConfig) -> list[Claim]:
-    """Claims 7-8: T5's relative bias (Press et al., Tables 1-2), where the preset has
-    their thresholds."""
+    """T5's relative bias (Press et al., Table 2), where the preset has its margin."""
     if th.get("t5_flat") is None:
         return []
-    t5_at = [int(m) for m in th.t5_flat_at]
-    alibi, t5 = _curve("alibi", L), _curve("t5", L)
-    return [
-        Claim(7, "T5's relative bias extrapolates a little: its perplexity stays near "
-                 f"ppl(L) at {' and '.join(f'{m}L' for m in t5_at)}",
-              f"{PRESS}, Table 2 (the T5 bias column)",
-              "Table 2 has T5's bias within a few percent of its ppl(L) at about 2L and "
-              f"5L; {th.t5_flat:g}, as for ALiBi",
-              [t5], [Test(f"t5 ppl({m}L)/ppl(L)", degradation(t5, m), "<=", float(th.t5_flat))
-                     for m in t5_at]),
-        Claim(8, "T5's relative bias trains slower than ALiBi", f"{PRESS}, Table 1",
-              "Table 1 has the T5 bias training markedly slower than ALiBi (and "
-              "sinusoidal) on the same hardware; 1 is the same speed. Both runs of a "
-              "seed train one after the other on one machine",
-              [alibi, t5], [Test("alibi / t5 training tokens per second",
-                                 at(alibi, TRAIN_SPEED, t5, TRAIN_SPEED), ">=", 1.0,
-                                 speed=True)]),
-    ]
+    t5 = _curve("t5", L)
+    at_text = " and ".join(f"{int(m)}L" for m in th.t5_flat_at)
+    return [Claim(f"T5's relative bias extrapolates a little: no worse than its ppl(L) at "
+                  f"{at_text}", f"{PRESS}, Table 2 (the T5 bias column)", PRESS_SCALE,
+                  th.t5_flat.reason, [t5],
+                  [Test(f"t5 ppl({int(m)}L)/ppl(L)", degradation(t5, int(m)),
+                        no_higher(float(th.t5_flat.margin))) for m in th.t5_flat_at])]
 
 
 def fair_claims(L: int, th: DictConfig) -> list[Claim]:
-    """Claim 9: the absolute baselines are fair, where the preset has its threshold."""
+    """The absolute baselines are fair, where the preset has its margin."""
     if th.get("fair_baseline") is None:
         return []
     sinusoidal, learned = _curve("sinusoidal", L), _curve("learned", L)
     return [Claim(
-        9, "Sinusoidal positions are as good as learned ones at the training length: "
-           "the absolute baselines are fair", f"{VASWANI}, Table 3 row (E)",
-        "row (E): learned positions instead of sinusoids gave 'nearly identical results' "
-        f"(4.92 vs 4.91 dev perplexity); {th.fair_baseline:g} is 'no worse'",
-        [sinusoidal, learned],
-        [Test("sinusoidal ppl(L) / learned ppl(L)", at(sinusoidal, L, learned, L), "<=",
-              float(th.fair_baseline))])]
+        "Sinusoidal positions are as good as learned ones at the training length: the "
+        "absolute baselines are fair", f"{VASWANI}, Table 3 row (E)", VASWANI_SCALE,
+        th.fair_baseline.reason, [sinusoidal, learned],
+        [Test("sinusoidal ppl(L) / learned ppl(L)", at(sinusoidal, L, learned, L),
+              same(float(th.fair_baseline.margin)))])]
 
 
 def sections(preset: DictConfig) -> Sections:
     L, th = int(preset.train_seq_len), preset.thresholds
     fair = fair_claims(L, th)
-    return [(f"Claims of {PRESS}", press_claims(L, th) + t5_claims(L, th)),
+    return [(f"Claims of {PRESS}",
+             press_claims(L, th) + t5_claims(L, th) + context_claims(L, th)),
             ("Claims about no positional encoding (NoPE)", nope_claims(L, th)),
             *([("A fair baseline at the training length", fair)] if fair else [])]
 

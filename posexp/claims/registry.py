@@ -17,11 +17,16 @@ from posexp.runs import RunResult
 Sections = list[tuple[str, list[Claim]]]
 
 
+def numbered(sections: Sections) -> list[tuple[int, Claim]]:
+    """Every claim of the suite with its number: 1, 2, ... in the order of its sections."""
+    return list(enumerate((c for _, section in sections for c in section), 1))
+
+
 def judge_curves(sections: Sections, runs: list[RunResult], preset: DictConfig,
                  n_tokens: int) -> list[Verdict]:
-    """Every claim judged on the runs' perplexity curves, on the region of ``n_tokens``."""
+    """Every claim judged on the runs' perplexity curves, on the layout of ``n_tokens``."""
     curves = Curves(runs, n_tokens)
-    return [judge(c, curves) for _, section in sections for c in section]
+    return [judge(c, curves, n) for n, c in numbered(sections)]
 
 
 @dataclass(frozen=True)

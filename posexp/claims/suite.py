@@ -14,13 +14,14 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from posexp.claims.base import SLIDING, Verdict
+from posexp.claims.base import HOLDS, SLIDING, Verdict, correct
 from posexp.claims.preset import (
     DEFAULT_SET,
     load_preset,
     preset_runs,
     preset_seeds,
     report_dir,
+    with_lr,
 )
 from posexp.claims.registry import CLAIM_SETS, ClaimSet
 from posexp.config import RunSpec, check, compose
@@ -44,7 +45,8 @@ def plan(name: str, preset: DictConfig, results_dir: Path, seeds: list[int],
     tunes = []
     for entry in preset.get("finetunes") or []:
         for seed in seeds:
-            cfg = compose([*common, *entry.parent, f"seed={seed}"], config_dir)
+            cfg = compose([*common, *with_lr(preset, list(entry.parent)), f"seed={seed}"],
+                          config_dir)
             parent = Path(cfg.results_dir) / cfg.experiment / cfg.run_name
             if parent not in paths:
                 raise UsageError(f"preset {name}: the parent of fine-tune "
@@ -146,7 +148,7 @@ def verdicts(runs: list[RunResult], preset: DictConfig, n_tokens: int) -> list[V
     """Every claim of the preset's claim set judged on ``runs`` (its completed runs), on the
     scored region of ``n_tokens`` tokens (its eval.tokens)."""
     claim_set = CLAIM_SETS[preset.get("claims") or DEFAULT_SET]
-    return claim_set.judge(claim_set.sections(preset), runs, preset, n_tokens)
+    return correct(claim_set.judge(claim_set.sections(preset), runs, preset, n_tokens))
 
 
 def write_verdicts(out: Path, name: str, preset: DictConfig, claim_set: ClaimSet,
@@ -168,11 +170,13 @@ def write_verdicts(out: Path, name: str, preset: DictConfig, claim_set: ClaimSet
 
 
 def verdict_table(rows: list[Verdict]) -> str:
-    lines = ["| claim | source | threshold (why) | measured (95% interval) | verdict |",
-             "|---|---|---|---|---|"]
+    lines = ["| claim | source | kind, margin (why) | scope | measured (95% interval) | "
+             "verdict | p | Holm |", "|---|---|---|---|---|---|---|---|"]
     for v in rows:
-        verdict = v.verdict if v.verdict == "holds" else f"**{v.verdict}**"
-        lines.append(f"| {v.claim} | {v.source} | {v.threshold} | {v.measured} | {verdict} |")
+        verdict, holm = (x if x == HOLDS else f"**{x}**" for x in (v.verdict, v.holm))
+        p = "—" if v.p is None else f"{v.p:.2g}"
+        lines.append(f"| {v.claim} | {v.source} | {v.kind} | {v.scope} | {v.measured} | "
+                     f"{verdict} | {p} | {holm} |")
     return "\n".join(lines)
 
 
@@ -203,9 +207,14 @@ def verdicts_markdown(name: str, preset: DictConfig, sections: list[tuple[str, l
     return (
         f"# Claims about length extrapolation, preset {name}\n\n"
         f"{preset.get('description', '')}\n\n"
-        "A claim **holds** when the whole 95% interval of its statistic lies on the claim's "
-        "side of the threshold, **does not hold** when it lies wholly on the other side, and is "
-        "**inconclusive** when it straddles the threshold. Intervals: "
+        "Each claim declares its kind -- superiority, non-inferiority or equivalence -- and "
+        "a margin fixed in the preset with its reason. A test **holds** when the whole 95% "
+        "interval of its statistic lies inside the region its kind and margin give, **does "
+        "not hold** when it lies wholly outside, and is **inconclusive** otherwise; a claim "
+        "holds when all its tests do. p is the claim's one-sided p-value (the largest over "
+        "its tests); the Holm column corrects the suite's claims for multiplicity (Holm's "
+        "step-down rule at 2.5% one-sided, the level of a 95% interval clear of its bound): "
+        "a claim that holds only uncorrected reads inconclusive there. Intervals: "
         f"{'; '.join(methods) or 'none'}.\n\n{tables}"
         + (f"## A property, not a claim\n\n{note}\n\n" if note else "")
         + (f"Runs that failed (their claims are not measured):\n\n{failures}\n" if failed
@@ -215,4 +224,6 @@ def verdicts_markdown(name: str, preset: DictConfig, sections: list[tuple[str, l
 
 def terminal_verdicts(rows: list[Verdict]) -> str:
     """One block per claim for a terminal: the claim, its verdict, and what was measured."""
-    return "\n".join(f"{v.claim}\n    {v.verdict.upper()}: {v.measured}" for v in rows)
+    return "\n".join(f"{v.claim}\n    {v.verdict.upper()}"
+                     f"{'' if v.holm == v.verdict else f' (after Holm: {v.holm})'}: {v.measured}"
+                     for v in rows)

@@ -16,16 +16,21 @@ from omegaconf import DictConfig
 from posexp import stats
 from posexp.claims.base import (
     INCONCLUSIVE,
+    NON_INFERIORITY,
+    SUPERIORITY,
     UNMEASURED,
     Claim,
+    Kind,
+    Margin,
     Verdict,
     combined,
     decide,
-    threshold_text,
+    kind_text,
+    p_value,
     variant_of,
 )
-from posexp.claims.registry import ClaimSet, Sections, register_claim_set
-from posexp.claims.sources import KAZEMNEJAD, RUOSS
+from posexp.claims.registry import ClaimSet, Sections, numbered, register_claim_set
+from posexp.claims.sources import KAZEMNEJAD, KAZEMNEJAD_SCALE, RUOSS, RUOSS_SCALE
 from posexp.errors import UsageError
 from posexp.runs import RunResult
 
@@ -41,19 +46,30 @@ class Thresholds:
     randomized: list  # encodings trained with and without random positions
     random_positions: int  # M of the randomized runs
     metric: str  # exact | token_acc: the accuracy the claims compare
-    min_gain: float  # Ruoss et al.'s claim: randomized minus plain, at least
+    tie: Margin  # NoPE's claim: NoPE minus each absolute encoding, above -margin
+    min_gain: Margin  # Ruoss et al.'s claim: randomized minus plain, above margin
+
+
+def at_least(margin: float) -> Kind:
+    """Superiority of a difference of accuracies: above ``margin``."""
+    return Kind(SUPERIORITY, margin, None, margin, "difference")
+
+
+def not_below(margin: float) -> Kind:
+    """Non-inferiority of a difference of accuracies: above -``margin``."""
+    return Kind(NON_INFERIORITY, -margin, None, margin, "difference")
 
 
 @dataclass(frozen=True)
 class AccuracyTest:
     """One comparison of a task claim: the mean accuracy beyond the longest trained length of
-    arm ``a`` minus that of arm ``b`` (op) ``threshold``, on the same held-out instances."""
+    arm ``a`` minus that of arm ``b``, read against ``kind``, on the same held-out
+    instances."""
 
     label: str
     a: Arm
     b: Arm
-    op: str  # "<=" or ">="
-    threshold: float
+    kind: Kind
 
 
 def arm_text(arm: Arm) -> str:
@@ -72,27 +88,25 @@ def task_claims(preset: DictConfig) -> tuple[list[Claim], list[Claim]]:
         raise UsageError(f"thresholds.metric must be exact or token_acc, got {metric!r}")
     what = "exact match" if metric == "exact" else "token accuracy"
     nope = [
-        Claim(1 + i, f"NoPE generalizes to longer {task} instances at least as well as "
-                     f"absolute positions ({', '.join(th.absolute)})",
+        Claim(f"NoPE generalizes to longer {task} instances at least as well as absolute "
+              f"positions ({', '.join(th.absolute)})",
               f"{KAZEMNEJAD}, §4 and Fig. 3 (copy, reverse, addition among their tasks)",
-              f"0 is a tie: 'at least as well' holds when NoPE's {what} beyond the training "
-              "lengths is no lower than each absolute encoding's",
+              KAZEMNEJAD_SCALE, th.tie.reason,
               [(task, enc, ()) for enc in ("nope", *th.absolute)],
               [AccuracyTest(f"nope - {enc} {what} beyond n_max", (task, "nope", ()),
-                            (task, enc, ()), ">=", 0.0) for enc in th.absolute])
-        for i, task in enumerate(th.tasks)]
+                            (task, enc, ()), not_below(float(th.tie.margin)))
+               for enc in th.absolute])
+        for task in th.tasks]
     random = [
-        Claim(1 + len(nope) + i, f"Training {enc} on random positions below {M} raises its "
-                                 f"accuracy on {task} beyond the training lengths",
-              f"{RUOSS}, §4 and Table 1",
-              f"a gain of at least {float(th.min_gain):g} in {what}: less is not the 'boost' "
-              "the paper reports; the runs share their batches, so the positions are the only "
-              "difference",
+        Claim(f"Training {enc} on random positions below {M} raises its accuracy on {task} "
+              "beyond the training lengths", f"{RUOSS}, §4 and Table 1", RUOSS_SCALE,
+              f"{th.min_gain.reason}; the runs share their batches, so the positions are the "
+              "only difference",
               [(task, enc, ()), (task, enc, (("train.random_positions", M),))],
               [AccuracyTest(f"{enc} randomized - plain {what} beyond n_max",
                             (task, enc, (("train.random_positions", M),)), (task, enc, ()),
-                            ">=", float(th.min_gain))])
-        for i, (task, enc) in enumerate((t, e) for t in th.tasks for e in th.randomized)]
+                            at_least(float(th.min_gain.margin)))])
+        for task, enc in ((t, e) for t in th.tasks for e in th.randomized)]
     return nope, random
 
 
@@ -157,7 +171,7 @@ def beyond_points(runs: list[RunResult]) -> dict[Path, list[dict]] | str:
 
 
 def judge_accuracy(claim: Claim, runs: list[RunResult], metric: str,
-                   train_len: int) -> Verdict:
+                   train_len: int, number: int) -> Verdict:
     """A task claim's verdict.  Per seed, each test's statistic is a difference of mean
     accuracies beyond n_max; over two or more seeds its interval is Student-t on the plain
     scale; for one seed it combines the points' own 95% intervals (Wilson for exact match,
@@ -167,9 +181,10 @@ def judge_accuracy(claim: Claim, runs: list[RunResult], metric: str,
     what = "exact match" if metric == "exact" else "token accuracy"
     chance_key = "chance_exact" if metric == "exact" else "chance_token"
 
-    def verdict(measured: str, outcome: str, method: str = "") -> Verdict:
-        return Verdict(f"{claim.number}. {claim.text}", claim.source, threshold_text(claim),
-                       measured, outcome, method)
+    def verdict(measured: str, outcome: str, method: str = "",
+                p: float | None = None) -> Verdict:
+        return Verdict(f"{number}. {claim.text}", claim.source, kind_text(claim),
+                       f"paper: {claim.scope}", measured, outcome, method, p)
 
     found = arm_points(runs, claim.needs, train_len)
     if isinstance(found, str):
@@ -196,11 +211,12 @@ def judge_accuracy(claim: Claim, runs: list[RunResult], metric: str,
                        f"{max(chance.values()):.3f})", INCONCLUSIVE, "")
     intervals, method = _differences(claim, seeds, mean, lambda arm: points[
         found[arm][seeds[0]].path], metric)
-    outcome = combined([decide(i, t.op, t.threshold)
-                        for i, t in zip(intervals, claim.tests, strict=True)])
+    outcome = combined([decide(i, t.kind) for i, t in zip(intervals, claim.tests, strict=True)])
+    ps = [p_value(i, t.kind) for i, t in zip(intervals, claim.tests, strict=True)]
     measured = "; ".join(f"{t.label} = {i.value:+.3f} [{i.low:+.3f}, {i.high:+.3f}]"
                          for t, i in zip(claim.tests, intervals, strict=True))
-    return verdict(f"{measured} ({where}, {what}: {means})", outcome, method)
+    return verdict(f"{measured} ({where}, {what}: {means})", outcome, method,
+                   None if None in ps else max(ps))
 
 
 def _differences(claim: Claim, seeds: list[int], mean, one_seed_points,
@@ -237,8 +253,8 @@ def sections(preset: DictConfig) -> Sections:
 
 def judge_tasks(sections: Sections, runs: list[RunResult], preset: DictConfig,
                 n_tokens: int) -> list[Verdict]:
-    return [judge_accuracy(c, runs, str(preset.thresholds.metric), int(preset.train_seq_len))
-            for _, section in sections for c in section]
+    return [judge_accuracy(c, runs, str(preset.thresholds.metric), int(preset.train_seq_len), n)
+            for n, c in numbered(sections)]
 
 
 register_claim_set(ClaimSet("tasks", Thresholds, sections, judge=judge_tasks))

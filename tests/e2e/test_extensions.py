@@ -74,19 +74,19 @@ def add_scaling_method() -> None:
 def add_claim() -> None:
     """A claim set of one claim: log_alibi is no worse than ALiBi at L, by a margin."""
     from posexp.claims import Claim, ClaimSet, CurveRef, Test, register_claim_set
-    from posexp.claims.base import at
+    from posexp.claims.base import Margin, at, no_higher
 
     @dataclass
     class Thresholds:
-        margin: float
+        tie: Margin
 
     def sections(preset):
-        L = int(preset.train_seq_len)
+        L, tie = int(preset.train_seq_len), preset.thresholds.tie
         mine, alibi = CurveRef("log_alibi", L), CurveRef("alibi", L)
-        return [("Throwaway", [Claim(1, "log_alibi is about as good as ALiBi at L", "a test",
-                                     "a margin for a tiny model", [mine, alibi],
-                                     [Test("log_alibi/alibi ppl(L)", at(mine, L, alibi, L), "<=",
-                                           float(preset.thresholds.margin))])])]
+        return [("Throwaway", [Claim("log_alibi is about as good as ALiBi at L", "a test",
+                                     "a tiny model", tie.reason, [mine, alibi],
+                                     [Test("log_alibi/alibi ppl(L)", at(mine, L, alibi, L),
+                                           no_higher(float(tie.margin)))])])]
 
     register_claim_set(ClaimSet("throwaway", Thresholds, sections))
 
@@ -146,7 +146,8 @@ def test_an_extension_of_each_kind_appears_everywhere(tmp_path, cache_dir, regis
     preset.write_text(json.dumps({
         "claims": "throwaway", "experiment": "ext", "train_seq_len": 16, "sliding": False,
         "overrides": TINY, "runs": [["encoding=log_alibi"], ["encoding=alibi"]],
-        "report": "claims", "thresholds": {"margin": 1.5}}))
+        "report": "claims",
+        "thresholds": {"tie": {"margin": 0.5, "reason": "a margin for a tiny model"}}}))
     posexp("reproduce", "--preset", str(preset), "--config-dir", "configs")
     verdicts = read_json(runs / "claims" / "verdicts.json")["verdicts"]
     assert [v["claim"] for v in verdicts] == ["1. log_alibi is about as good as ALiBi at L"]

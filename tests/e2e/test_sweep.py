@@ -204,9 +204,12 @@ def write_preset(path, runs):
     path.write_text(json.dumps({
         "experiment": "claims", "train_seq_len": 16,
         "overrides": ["train.seq_len=16", *overrides], "runs": runs,
-        "thresholds": {"sinusoidal_blowup_at": 4, "sinusoidal_blowup": 2.0,
-                       "rope_between_at": [2, 4], "alibi_flat_at": [2, 4, 16],
-                       "alibi_flat": 1.05, "nope_margin": 0.1},
+        "thresholds": {"sinusoidal_blowup_at": 4, "rope_between_at": [2, 4],
+                       "alibi_flat_at": [2, 4, 16], "context_at": [2, 4],
+                       **{name: {"margin": m, "reason": "the paper's"} for name, m in (
+                           ("sinusoidal_blowup", 1.0), ("better", 0.0), ("alibi_flat", 0.05),
+                           ("alibi_vs_longer", 0.02), ("nope_margin", 0.1),
+                           ("context", 0.02))}},
     }))
     return path
 
@@ -219,10 +222,10 @@ def test_reproduce_prints_verdicts(posexp_here, tmp_path):
     assert r.returncode == 0, r.stderr
     out = tmp_path / "out" / "claims" / "report"
     verdicts = read_json(out / "verdicts.json")["verdicts"]
-    assert [v["claim"][:2] for v in verdicts] == ["1.", "2.", "3.", "4.", "5.", "6."]
-    # one seed: every claim is measured, with the bootstrap interval over the scored text
+    assert [v["claim"][:2] for v in verdicts] == ["1.", "2.", "3.", "4.", "5.", "6.", "7."]
+    # one seed: every claim is measured, with the cluster bootstrap over the documents
     assert {v["interval"] for v in verdicts} == {
-        "one seed (0): bootstrap over the scored text's blocks"}
+        "one seed: cluster bootstrap over 38 documents"}
     assert all(v["verdict"] in ("holds", "does not hold", "inconclusive") for v in verdicts)
     assert all(" [" in v["measured"] for v in verdicts)
     assert "1. Sinusoidal positions do not extrapolate\n    " in r.stdout
@@ -248,7 +251,7 @@ def test_reproduce_finishes_every_run_and_fails_at_the_end(posexp_here, tmp_path
     assert read_json(out / "alibi-L16-s0/run.json")["status"] == "completed"  # it went on
     verdicts = {v["claim"][:2]: v["verdict"] for v in read_json(out / "report/verdicts.json")[
         "verdicts"]}
-    assert verdicts["1."] == verdicts["6."] == "not measured"  # sinusoidal's claims
+    assert verdicts["1."] == verdicts["7."] == "not measured"  # sinusoidal's claims
 
 
 def test_reproduce_unknown_preset(posexp_here):

@@ -25,7 +25,9 @@ N_MAX = 7  # copy, reverse and addition at seq_len 16: 7 (addition: 3 digits)
 
 
 THRESHOLDS = {"tasks": ["copy"], "absolute": ["learned", "sinusoidal"], "randomized": ["rope"],
-              "random_positions": 64, "metric": "exact", "min_gain": 0.05}
+              "random_positions": 64, "metric": "exact",
+              "tie": {"margin": 0.0, "reason": "a tie"},
+              "min_gain": {"margin": 0.05, "reason": "a boost of five points"}}
 
 
 PRESET = OmegaConf.create({"claims": "tasks", "train_seq_len": 16, "thresholds": THRESHOLDS})
@@ -121,7 +123,8 @@ def test_three_seeds_give_t_intervals_on_differences_of_accuracy(tmp_path):
     assert v[2].source.startswith("Ruoss et al.")
     assert v[2].measured.endswith("(lengths 14, 28, exact match: rope 0.400, rope randomized "
                                   "0.450)")
-    assert v[2].threshold.startswith("rope randomized - plain exact match beyond n_max >= 0.05")
+    assert v[2].kind.startswith("rope randomized - plain exact match beyond n_max: "
+                                "superiority, margin 0.05 (> 0.05)")
 
 
 def test_nope_behind_an_absolute_encoding_does_not_hold(tmp_path):
