@@ -53,7 +53,7 @@ def ppl_at_train_len(run) -> float | None:
 
 
 def table(root: Path, by: str) -> str:
-    runs, _ = load_runs(root)
+    runs = [r for r in load_runs(root) if r.status == "completed"]
     loss: dict[tuple[str, str], list[float]] = defaultdict(list)
     ppl: dict[tuple[str, str], list[float]] = defaultdict(list)
     for r in runs:

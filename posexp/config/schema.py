@@ -8,6 +8,7 @@ settings, with that part: data/checks.py, the encodings' configs, posexp/scaling
 
 from __future__ import annotations
 
+import dataclasses
 import typing
 from dataclasses import dataclass, field, make_dataclass
 from enum import Enum
@@ -61,8 +62,8 @@ class ModelConfig:
     n_head: int = 4
     d_ff: int | None = None  # default 4 * d_model
     dropout: float = 0.0
-    init: Init = Init.gpt2  # one initialisation for every encoding (docs/encodings.md)
-    tie_weights: bool = True  # the output head shares the token embeddings, for every encoding
+    init: Init = Init.torch  # one initialisation for every encoding (docs/encodings.md)
+    tie_weights: bool = False  # whether the output head shares the token embeddings, for all
 
 
 # The parameters of every RoPE scaling method (posexp/scaling.py's table, the papers'
@@ -220,6 +221,35 @@ class Config:
 GROUPS = {"model": ModelConfig, "encoding": EncodingConfig, "data": DataConfig,
           "train": TrainConfig, "eval": EvalConfig, "logger": LoggerConfig, "task": TaskConfig}
 LOGGERS = ("local", "wandb")  # posexp/sinks.py
+# The logger keys each logger reads besides its name: local files need none, W&B reads every
+# other key of the group (posexp/sinks.py), so a new key of LoggerConfig is W&B's.
+LOGGER_READS = {"local": (), "wandb": tuple(f.name for f in dataclasses.fields(LoggerConfig)
+                                           if f.name != "name")}
+
+
+def default(key: str) -> object:
+    """The schema's default of a dotted key (``encoding.base``, ``eval.rope_scaling.beta_fast``),
+    MISSING where it has none: what a key holds when no file or override sets it, so that a
+    check can tell a value given from the default (configs/ repeat the schema's defaults)."""
+    node: object = Config
+    value: object = MISSING
+    for part in key.split("."):
+        if not dataclasses.is_dataclass(node):
+            return MISSING
+        hints = typing.get_type_hints(node)
+        found = {f.name: f for f in dataclasses.fields(node)}.get(part)
+        if found is None:
+            return MISSING
+        if found.default is not dataclasses.MISSING:
+            value = found.default
+        elif found.default_factory is not dataclasses.MISSING:
+            value = found.default_factory()
+        else:
+            value = MISSING
+        kind = hints[part]
+        args = [a for a in typing.get_args(kind) if a is not type(None)]
+        node = args[0] if len(args) == 1 and dataclasses.is_dataclass(args[0]) else kind
+    return getattr(value, "value", value)  # an enum as its value
 
 
 def register() -> None:

@@ -5,13 +5,15 @@ PE(pos, 2i) = sin(pos / 10000^(2i/d)),  PE(pos, 2i+1) = cos(pos / 10000^(2i/d));
 Each (sin, cos) pair turns by a fixed angle per step, so PE(pos + k) is a fixed rotation of
 PE(pos) and PE(a) . PE(b) = sum_i cos((a - b) * w_i) depends only on a - b.
 
-The paper multiplies the token embeddings by sqrt(d_model) before the table is added, so
-that the unit-size sines do not drown them (``scale_tokens``), and its code (tensor2tensor)
-draws them with std d_model^-1/2, so that they enter at unit scale (``unit_tokens``).  Other
-recipes leave the tokens alone and shrink the table instead (``table_scale``), optionally as a
-trained scalar (``learn_scale``; x-transformers' ScaledSinusoidalEmbedding, Hua et al. 2022).
-Which one the default is, and that the head is untied (EncodingSpec.tie_weights), was
-measured, not guessed: docs/encodings.md, "Fair baselines".
+The sines are added to the token embeddings as they are: under posexp's initialisation policy
+(model.init=torch) the tokens start at unit scale, N(0, 1), as the sines are.  With small
+token embeddings (model.init=gpt2: std 0.02) the unit-size sines would drown them; the paper
+multiplies the token embeddings by sqrt(d_model) before the table is added (``scale_tokens``),
+and its code (tensor2tensor) draws them with std d_model^-1/2 (``unit_tokens``), so that they
+enter at unit scale.  Other recipes leave the tokens alone and shrink the table instead
+(``table_scale``), optionally as a trained scalar (``learn_scale``; x-transformers'
+ScaledSinusoidalEmbedding, Hua et al. 2022).  The policy was measured, not guessed:
+docs/encodings.md, "Fair baselines".
 """
 
 from __future__ import annotations
@@ -40,9 +42,9 @@ def sinusoidal_table(
 
 
 class SinusoidalPositions(PositionalEncoding):
-    def __init__(self, d_model: int, scale_tokens: bool = True, table_scale: float = 1.0,
+    def __init__(self, d_model: int, scale_tokens: bool = False, table_scale: float = 1.0,
                  learn_scale: bool = False, base: float = 10000.0,
-                 unit_tokens: bool = True) -> None:
+                 unit_tokens: bool = False) -> None:
         super().__init__()
         self.d_model, self.base = d_model, base
         self.token_scale = math.sqrt(d_model) if scale_tokens else 1.0
@@ -62,11 +64,11 @@ class SinusoidalPositions(PositionalEncoding):
 
 @dataclass(frozen=True)
 class SinusoidalConfig:
-    scale_tokens: bool = True  # multiply token embeddings by sqrt(d_model), as Vaswani et al.
+    scale_tokens: bool = False  # multiply token embeddings by sqrt(d_model), as Vaswani et al.
     table_scale: float = 1.0  # multiply the sines and cosines by this
     learn_scale: bool = False  # ... as a trained scalar that starts there
     base: float = 10000.0  # encoding.base: the wavelengths run from 2*pi to 2*pi*base
-    unit_tokens: bool = True  # token embeddings drawn with std d^-1/2 (tensor2tensor), not 0.02
+    unit_tokens: bool = False  # token embeddings drawn with std d^-1/2 (tensor2tensor)
 
     def __post_init__(self) -> None:
         require(self.base > 1.0, "base", "above 1", self.base)
@@ -78,9 +80,6 @@ class SinusoidalConfig:
                                    self.learn_scale, self.base, self.unit_tokens)
 
 
-# Its head is untied by default: tied, the head reads the token embeddings that the input
-# multiplies by sqrt(d_model), and sinusoidal trails learned at the training length
-# (docs/encodings.md, "Fair baselines").
 register(EncodingSpec(
     name="sinusoidal", label="sinusoidal", order=2, colour="#009E73", module=SinusoidalPositions,
     config=SinusoidalConfig,

@@ -54,21 +54,25 @@ def test_sinusoidal_grows_for_any_length():
     assert torch.equal(long[:10], short)
 
 
-def test_sinusoidal_tokens_start_at_unit_scale_as_in_the_papers_code():
-    # tensor2tensor draws the token embeddings with std d^-1/2 and multiplies them by sqrt(d):
-    # they enter at unit scale, the sines' size; unit_tokens=false and every other encoding
-    # keep GPT-2's 0.02
+def test_sinusoidal_tokens_start_at_unit_scale_as_the_sines_do():
+    # under posexp's policy (model.init=torch) every encoding's tokens start N(0, 1), the
+    # sines' size; with GPT-2's 0.02, tensor2tensor's recipe (std d^-1/2, then x sqrt(d))
+    # brings sinusoidal's to unit scale and leaves every other encoding's at 0.02
     from posexp.model import GPT, GPTConfig
 
-    def token_std(encoding, **hparams):
+    def tokens(encoding, init="torch", **hparams):
         torch.manual_seed(0)
         model = GPT(GPTConfig(vocab_size=256, d_model=64, n_layer=1, n_head=2, d_ff=128,
-                              encoding=encoding, max_positions=16, encoding_hparams=hparams))
-        return model.tok_emb.weight.std().item()
+                              encoding=encoding, max_positions=16, encoding_hparams=hparams,
+                              init=init))
+        return model.tok_emb.weight.std().item() * model.encoding.token_scale
 
-    assert token_std("sinusoidal") == pytest.approx(64 ** -0.5, rel=0.05)
-    assert token_std("sinusoidal", unit_tokens=False) == pytest.approx(0.02, rel=0.05)
-    assert token_std("learned") == pytest.approx(0.02, rel=0.05)
+    assert tokens("sinusoidal") == pytest.approx(1.0, rel=0.05)
+    assert tokens("learned") == pytest.approx(1.0, rel=0.05)
+    recipe = {"unit_tokens": True, "scale_tokens": True}
+    assert tokens("sinusoidal", "gpt2", **recipe) == pytest.approx(1.0, rel=0.05)
+    assert tokens("sinusoidal", "gpt2") == pytest.approx(0.02, rel=0.05)
+    assert tokens("learned", "gpt2") == pytest.approx(0.02, rel=0.05)
 
 
 def test_sinusoidal_base_is_encoding_base():

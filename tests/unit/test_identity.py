@@ -20,28 +20,27 @@ def composed(*overrides: str):
 
 # --- identity -----------------------------------------------------------------------------
 def test_head_tying_and_init_are_one_policy_for_every_encoding_and_are_identity():
-    # model.tie_weights (true) and model.init (gpt2) are the same for every encoding, so no
+    # model.tie_weights (false) and model.init (torch) are the same for every encoding, so no
     # encoding trains another setup; stating the default is the same run as leaving it, and
     # the other value is another run
     for encoding in ("learned", "rope", "sinusoidal", "alibi", "nope"):
         cfg = composed(f"encoding={encoding}")
-        assert cfg.model.tie_weights is True and C.resolve(cfg).model.tie_weights is True
+        assert cfg.model.tie_weights is False and C.resolve(cfg).model.tie_weights is False
         ident = C.identity(cfg)
-        assert (ident["model.tie_weights"], ident["model.init"]) == (True, "gpt2")
-        stated = C.identity(composed(f"encoding={encoding}", "model.tie_weights=true",
-                                     "model.init=gpt2"))
+        assert (ident["model.tie_weights"], ident["model.init"]) == (False, "torch")
+        stated = C.identity(composed(f"encoding={encoding}", "model.tie_weights=false",
+                                     "model.init=torch"))
         assert stated == ident
-        untied = C.identity(composed(f"encoding={encoding}", "model.tie_weights=false"))
-        assert C.identity_diff(ident, untied) == ["model.tie_weights: True -> False"]
-        torch_init = C.identity(composed(f"encoding={encoding}", "model.init=torch"))
-        assert C.identity_diff(ident, torch_init) == ["model.init: 'gpt2' -> 'torch'"]
+        tied = C.identity(composed(f"encoding={encoding}", "model.tie_weights=true"))
+        assert C.identity_diff(ident, tied) == ["model.tie_weights: False -> True"]
+        gpt2 = C.identity(composed(f"encoding={encoding}", "model.init=gpt2"))
+        assert C.identity_diff(ident, gpt2) == ["model.init: 'torch' -> 'gpt2'"]
 
 
 def test_a_config_from_before_model_init_keeps_its_identity():
     """config.yaml of a run trained before posexp had model.init has none: it trained with
-    GPT-2's initialisation, so it is the same run as one that says model.init=gpt2.  Its
-    model.tie_weights is what it resolved to then: a sinusoidal run's untied head is not the
-    tied head every encoding now has."""
+    GPT-2's initialisation, so it is the same run as one that says model.init=gpt2, and not
+    the same as today's default (model.init=torch)."""
     for encoding, tied in (("rope", True), ("sinusoidal", False)):
         old = OmegaConf.to_container(C.resolve(composed(f"encoding={encoding}",
                                                         f"model.tie_weights={tied}")),
@@ -49,9 +48,11 @@ def test_a_config_from_before_model_init_keeps_its_identity():
         del old["model"]["init"]
         ident = C.identity(OmegaConf.create(old))
         assert ident["model.init"] == "gpt2"
+        then = C.identity(composed(f"encoding={encoding}", "model.init=gpt2",
+                                   f"model.tie_weights={tied}"))
+        assert C.identity_diff(then, ident) == []
         now = C.identity(composed(f"encoding={encoding}"))
-        assert C.identity_diff(now, ident) == ([] if tied else
-                                               ["model.tie_weights: True -> False"])
+        assert "model.init: 'gpt2' -> 'torch'" in C.identity_diff(ident, now)
 
 
 def test_the_model_is_built_as_the_policy_says():
@@ -60,13 +61,13 @@ def test_the_model_is_built_as_the_policy_says():
     small = ("model.d_model=64", "model.n_layer=2", "model.n_head=2")
     for encoding in ("learned", "rope", "sinusoidal"):
         model = build_model(composed(f"encoding={encoding}", *small), 256)
-        assert model.head.weight is model.tok_emb.weight  # tied for every encoding
-        untied = build_model(composed(f"encoding={encoding}", "model.tie_weights=false",
-                                      *small), 256)
-        assert untied.head.weight is not untied.tok_emb.weight
+        assert model.head.weight is not model.tok_emb.weight  # untied for every encoding
+        tied = build_model(composed(f"encoding={encoding}", "model.tie_weights=true",
+                                    *small), 256)
+        assert tied.head.weight is tied.tok_emb.weight
     # gpt2: N(0, 0.02), the residual projections / sqrt(2 layers); torch: PyTorch's defaults
     torch.manual_seed(0)
-    gpt2 = build_model(composed("encoding=learned", *small), 256)
+    gpt2 = build_model(composed("encoding=learned", "model.init=gpt2", *small), 256)
     torch.manual_seed(0)
     plain = build_model(composed("encoding=learned", "model.init=torch", *small), 256)
     std = {name: p.std().item() for name, p in gpt2.named_parameters()}
