@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from posexp.report.series import Series
+from posexp.runs import RunResult
 from posexp.stats import LEVEL, Interval, over_seeds
 
 NO_INTERVAL = "no interval recorded"
@@ -84,16 +85,36 @@ class Curve:
         return self.label + (f" ({n} seeds)" if n > 1 else "")
 
 
-def curve_cells(s: Series, stride: str | None) -> dict[int, Cell]:
+def baseline(s: Series, run: RunResult, stride: str | None,
+             by_path: dict[str, RunResult]) -> dict | None:
+    """The point ``run``'s ratios (of series ``s``) divide by: its own ppl at the training
+    length -- but for a curve scored with a RoPE scaling, its run's point as trained, and for
+    a fine-tune, its parent's as trained at the parent's length, where the report holds the
+    parent -- so that every curve of one model shares one denominator (a scaling that costs
+    perplexity at L does not look flat against its own ppl(L))."""
+    if s.fine_tune is not None:
+        parent = by_path.get(str(run.info.get("parent")))
+        p = parent.points(s.mode, s.region).get(s.fine_tune[0]) if parent else None
+    elif s.scaling is not None:
+        p = run.points(s.mode, s.region).get(s.train_len)
+    else:
+        p = s.points(run, stride).get(s.train_len)
+    return p if p is not None and p["applicable"] else None
+
+
+def curve_cells(s: Series, stride: str | None,
+                by_path: dict[str, RunResult] | None = None) -> dict[int, Cell]:
     """length -> the cell of series ``s`` (and, sliding, stride setting ``stride``), at every
-    length one of its seeds was scored at."""
-    by_run = [s.points(r, stride) for r in s.members]
+    length one of its seeds was scored at; ratios over ``baseline``'s point (``by_path``: the
+    report's runs, where a fine-tune's parent is found)."""
+    by_run = [(r, s.points(r, stride)) for r in s.members]
+    bases = {str(r.path): baseline(s, r, stride, by_path or {}) for r in s.members}
     cells = {}
-    for length in sorted({length for points in by_run for length in points}):
-        ok = [points for points in by_run if length in points and points[length]["applicable"]]
-        pairs = [(points[length], points[s.train_len]) for points in ok
-                 if s.train_len in points and points[s.train_len]["applicable"]]
-        cells[length] = Cell(ppl_cell([points[length] for points in ok]) if ok else None,
+    for length in sorted({length for _, points in by_run for length in points}):
+        ok = [(r, points[length]) for r, points in by_run
+              if length in points and points[length]["applicable"]]
+        pairs = [(p, bases[str(r.path)]) for r, p in ok if bases[str(r.path)] is not None]
+        cells[length] = Cell(ppl_cell([p for _, p in ok]) if ok else None,
                              ratio_cell(pairs) if pairs else None)
     return cells
 
@@ -103,8 +124,10 @@ def mode_curves(series: list[Series], mode: str) -> list[Curve]:
     with it when the mode's curves hold more than one)."""
     ours = [(s, stride) for s in series if s.mode == mode for stride in s.strides]
     several = len({stride for _, stride in ours}) > 1
+    by_path = {str(r.path): r for s in series for r in s.members}
+    by_path.update({str(r.path.resolve()): r for r in by_path.values()})
     return [Curve(s, stride, s.label + (f" · stride {stride}" if several else ""),
-                  curve_cells(s, stride)) for s, stride in ours]
+                  curve_cells(s, stride, by_path)) for s, stride in ours]
 
 
 def stride_note(curves: list[Curve]) -> str:
@@ -148,7 +171,13 @@ def notes(curves: list[Curve], series: list[Series], mode: str) -> list[str]:
             lines.append(f"n/a (no position that far; posexp does not clamp): {c.label} at "
                          f"{', '.join(map(str, na))}")
         if c.cells and not any(cell.ratio for cell in c.cells.values()):
-            lines.append(f"no ratio (no point at its training length): {c.label}")
+            why = ("its parent, whose ppl(L) it is divided by, is not in the report"
+                   if c.series.fine_tune else "no point at its training length")
+            lines.append(f"no ratio ({why}): {c.label}")
+    if any(c.series.scaling or c.series.fine_tune for c in curves):
+        lines.append("ratios of a curve scored with a RoPE scaling are over its run's ppl(L) "
+                     "as trained, and those of a fine-tune over its parent's: one "
+                     "denominator per model")
     missing = not_scored(series, mode)
     if missing:
         lines.append(f"not scored in {mode} mode: " + "; ".join(missing))
