@@ -10,7 +10,7 @@ def test_hparams_are_set_from_the_command_line(posexp_here):
                     "encoding.hparams.table_scale=0.5", "--cfg", "job")
     assert r.returncode == 0, r.stderr
     assert yaml.safe_load(r.stdout)["encoding"]["hparams"] == {
-        "scale_tokens": False, "table_scale": 0.5, "learn_scale": False, "unit_tokens": True}
+        "scale_tokens": False, "table_scale": 0.5, "learn_scale": False, "unit_tokens": False}
     assert_usage_error(posexp_here("train", "encoding=rope", "encoding.hparams.table_scale=2"),
                        "the encoding has no hyperparameter encoding.hparams.table_scale")
     assert_usage_error(posexp_here("train", "encoding=sinusoidal",

@@ -734,27 +734,27 @@ def test_titles_say_what_the_numbers_are_and_why_parameter_counts_differ(tmp_pat
     assert title.startswith("Perplexity on the same 512 validation tokens spread over the "
                             "split vs evaluation window (nonoverlapping)\nstdlib corpus")
     assert text in markdown(runs, [], "t")
-    # sinusoidal's head is tied, as every encoding's: the same count as rope's, unnamed
+    # sinusoidal's head is untied, as every encoding's: the same count as rope's, unnamed
     make_run(tmp_path, "sinusoidal", encoding="sinusoidal", ppl={16: 5.0, 32: 9.0})
     series = build_series(load_runs(tmp_path)[0])[0]
     assert describe(series) == text
     assert [s.label for s in series] == ["learned L=16", "sinusoidal L=16", "rope L=16"]
-    # an untied head (model.tie_weights=false) is its own vocabulary (256) x d_model (32)
-    # weights, said in the title, and the label names the setting that tells it apart
-    make_run(tmp_path, "untied", "model.tie_weights=false", encoding="sinusoidal",
-             ppl={16: 5.0, 32: 9.0}, n_params=12345 + 256 * 32)
+    # a tied head (model.tie_weights=true) has vocabulary (256) x d_model (32) weights fewer,
+    # said in the title, and the label names the setting that tells it apart
+    make_run(tmp_path, "tied", "model.tie_weights=true", encoding="sinusoidal",
+             ppl={16: 5.0, 32: 9.0}, n_params=12345 - 256 * 32)
     series = build_series(load_runs(tmp_path)[0])[0]
-    assert "sinusoidal L=16 · tie_weights=False: 20,537, +8,192 for its untied 256x32 " \
-        "output head" in describe(series)
+    assert "sinusoidal L=16 · tie_weights=True: 4,153, -8,192 for its head tied to the token " \
+        "embeddings" in describe(series)
     assert [s.label for s in series] == [
-        "learned L=16 · tie_weights=True", "sinusoidal L=16 · tie_weights=False",
-        "sinusoidal L=16 · tie_weights=True", "rope L=16 · tie_weights=True"]
+        "learned L=16 · tie_weights=False", "sinusoidal L=16 · tie_weights=False",
+        "sinusoidal L=16 · tie_weights=True", "rope L=16 · tie_weights=False"]
     # more series of their own counts than a title can name: the range, and where each is
     for i in range(4):
         make_run(tmp_path, f"wide{i}", f"model.d_ff={64 + 32 * i}", ppl={16: 5.0, 32: 6.0},
                  n_params=20000 + i)
     text = describe(build_series(load_runs(tmp_path)[0])[0])
-    assert "12,345 to 20,537 parameters (each run's: n_params in summary.csv)" in text
+    assert "4,153 to 20,003 parameters (each run's: n_params in summary.csv)" in text
 
 
 # --- damaged runs ------------------------------------------------------------------------
