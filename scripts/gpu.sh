@@ -8,6 +8,12 @@
 #   bash scripts/gpu.sh encodings   # then --preset encodings-gpu: the other encodings and the
 #                                   # randomized runs beside the gpu preset's (a later session
 #                                   # starts bare: it trains the gpu preset's runs again first)
+#   bash scripts/gpu.sh pretrained  # posexp pretrained --preset tinyllama-gpu: TinyLlama 1.1B,
+#                                   # every RoPE scaling at factors 2-8 to 4x its context, and
+#                                   # passkey (expected time in configs/pretrained/
+#                                   # tinyllama-gpu.yaml; unmeasured). Needs transformers among
+#                                   # the wheels, and the model in HF_HUB_CACHE or a local copy
+#                                   # named by PRETRAINED_MODEL=DIR: the machine has no network
 #
 # On the device machine (no internet, no hydra/omegaconf/datasets/x-transformers): run
 #   ../shared/tools/device-wheels.sh x-transformers==2.31.10 einops einx frozendict loguru \
@@ -20,8 +26,8 @@
 # results/reproduce-gpu/report/ and commit them.
 set -euo pipefail
 case "${1:-}" in
-    bench|reproduce|encodings) ;;
-    *) echo "usage: bash scripts/gpu.sh bench|reproduce|encodings" >&2; exit 2 ;;
+    bench|reproduce|encodings|pretrained) ;;
+    *) echo "usage: bash scripts/gpu.sh bench|reproduce|encodings|pretrained" >&2; exit 2 ;;
 esac
 out=${OUT:-gpu-out}
 mkdir -p "$out"
@@ -51,5 +57,13 @@ case "${1:-}" in
             | tee "$out/encodings.log"
         tar -czf "$out/reproduce-gpu-report-encodings.tgz" -C /tmp/posexp-gpu/reproduce-gpu \
             report-encodings
+        ;;
+    pretrained)
+        model=()
+        if [ -n "${PRETRAINED_MODEL:-}" ]; then model=("$PRETRAINED_MODEL"); fi
+        HF_HUB_OFFLINE=1 python3 -m posexp pretrained "${model[@]}" --preset tinyllama-gpu \
+            results_dir=/tmp/posexp-gpu 2>&1 | tee "$out/pretrained.log"
+        python3 -m posexp report /tmp/posexp-gpu/pretrained-gpu 2>&1 | tee -a "$out/pretrained.log"
+        tar -czf "$out/pretrained-gpu.tgz" -C /tmp/posexp-gpu pretrained-gpu
         ;;
 esac

@@ -97,6 +97,7 @@ def main(args: list[str] | None = None) -> NoReturn:
     command) are one line too."""
     click = click_exceptions()
     register()
+    from posexp.cli import pretrained_command  # noqa: F401 -- posexp pretrained; its runs in eval
     command = typer.main.get_command(app)
     try:
         code = command.main(args=args, prog_name="posexp", standalone_mode=False)
