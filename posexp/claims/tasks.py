@@ -46,6 +46,7 @@ class Thresholds:
     randomized: list  # encodings trained with and without random positions
     random_positions: int  # M of the randomized runs
     metric: str  # exact | token_acc: the accuracy the claims compare
+    learned: float  # an arm is compared only if its exact match at n_max is at least this
     tie: Margin  # NoPE's claim: NoPE minus each absolute encoding, above -margin
     min_gain: Margin  # Ruoss et al.'s claim: randomized minus plain, above margin
 
@@ -170,14 +171,39 @@ def beyond_points(runs: list[RunResult]) -> dict[Path, list[dict]] | str:
     return out
 
 
+def in_distribution(run: RunResult) -> float | None:
+    """The run's exact match at the longest length it trained on (n_max), as trained, on
+    the most held-out instances it was scored on there; None when it was not scored there."""
+    n_max = (run.info.get("corpus") or {}).get("max_train_length")
+    at = [p for p in run.tasks if p["length"] == n_max and p.get("rope_scaling") is None
+          and p["applicable"]]
+    return max(at, key=lambda p: p["count"])["exact"] if at else None
+
+
+def unlearned(found: dict, seeds: list[int], arms: list[Arm], threshold: float) -> str | None:
+    """Why the claim cannot compare its arms: the first arm whose exact match at n_max,
+    averaged over the seeds, is below ``threshold`` -- it did not learn the task in
+    distribution, so how it fails beyond n_max says nothing about length generalization."""
+    for arm in arms:
+        values = [in_distribution(found[arm][s]) for s in seeds]
+        if None in values:
+            return f"{arm_text(arm)} was not scored at n_max"
+        mean = float(np.mean(values))
+        if mean < threshold:
+            return (f"{arm_text(arm)} did not learn {arm[0]} (exact match {mean:.3f} at "
+                    f"n_max, below {threshold:g})")
+    return None
+
+
 def judge_accuracy(claim: Claim, runs: list[RunResult], metric: str,
-                   train_len: int, number: int) -> Verdict:
+                   train_len: int, number: int, learned: float = 0.0) -> Verdict:
     """A task claim's verdict.  Per seed, each test's statistic is a difference of mean
     accuracies beyond n_max; over two or more seeds its interval is Student-t on the plain
     scale; for one seed it combines the points' own 95% intervals (Wilson for exact match,
     the bootstrap over instances for token accuracy) by Newcombe's rule for a difference.
-    When no arm beats the chance level beyond n_max the claim is inconclusive: a difference
-    of two failures says nothing about generalization."""
+    An arm that did not learn the task in distribution (``unlearned``) makes the claim not
+    measured; when no arm beats the chance level beyond n_max it is inconclusive: a
+    difference of two failures says nothing about generalization."""
     what = "exact match" if metric == "exact" else "token accuracy"
     chance_key = "chance_exact" if metric == "exact" else "chance_token"
 
@@ -192,6 +218,8 @@ def judge_accuracy(claim: Claim, runs: list[RunResult], metric: str,
     seeds = sorted(set.intersection(*(set(by_seed) for by_seed in found.values())))
     if not seeds:
         return verdict("not measured: its runs share no seed", UNMEASURED)
+    if (why := unlearned(found, seeds, claim.needs, learned)) is not None:
+        return verdict(f"not measured: {why}", UNMEASURED)
     points = beyond_points([found[arm][s] for arm in claim.needs for s in seeds])
     if isinstance(points, str):
         return verdict(f"not measured: {points}", UNMEASURED)
@@ -253,8 +281,9 @@ def sections(preset: DictConfig) -> Sections:
 
 def judge_tasks(sections: Sections, runs: list[RunResult], preset: DictConfig,
                 n_tokens: int) -> list[Verdict]:
-    return [judge_accuracy(c, runs, str(preset.thresholds.metric), int(preset.train_seq_len), n)
-            for n, c in numbered(sections)]
+    th = preset.thresholds
+    return [judge_accuracy(c, runs, str(th.metric), int(preset.train_seq_len), n,
+                           float(th.learned)) for n, c in numbered(sections)]
 
 
 register_claim_set(ClaimSet("tasks", Thresholds, sections, judge=judge_tasks))

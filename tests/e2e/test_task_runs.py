@@ -1,6 +1,7 @@
 """Task runs (data=task): training on answer tokens only, scoring held-out instances per length,
 the records in eval.json and run.json, and the CLI end to end for every task."""
 import json
+from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
@@ -182,7 +183,8 @@ def test_a_damaged_task_point_makes_the_run_damaged(task_runs, tmp_path):
     (["task=copy"], "task=copy is set, but this run trains on data=stdlib; add data=task"),
     (["data=task"], "data=task needs a task: add task=NAME, one of copy, reverse, sort"),
     (["data=task", "task=juggle"], "there is no task 'juggle'; available options in 'task': "
-                                   "addition, copy"),
+                                   "addition, addition_hints, "
+                                   "addition_reversed, copy"),
     (["data=task", "task=copy", "eval.task_lengths=[0]"],
      "each of eval.task_lengths must be a positive integer, got 0"),
     (["data=task", "task=copy", "eval.task_lengths=[8,8]"],
@@ -230,7 +232,10 @@ def test_posexp_eval_refuses_corpus_settings_on_a_task_run(task_runs, tmp_path, 
 def test_the_task_group_is_listed_in_train_help(posexp_here):
     r = posexp_here("train", "--help")
     assert r.returncode == 0
-    assert "  task=           addition, copy, parity, passkey, recall, reverse, sort" in r.stdout
+    # every registered task, wrapped at 100 columns under the group's name
+    tasks = sorted(p.stem for p in (Path(C.CONFIG_DIR) / "task").glob("*.yaml"))
+    listed = r.stdout.split("\n  task=")[1].split("\n  hydra/launcher=")[0]
+    assert listed.split() == [t + "," for t in tasks[:-1]] + tasks[-1:]
 
 
 def test_compare_puts_two_task_runs_side_by_side(task_runs, tmp_path):

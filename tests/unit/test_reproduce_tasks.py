@@ -25,7 +25,7 @@ N_MAX = 7  # copy, reverse and addition at seq_len 16: 7 (addition: 3 digits)
 
 
 THRESHOLDS = {"tasks": ["copy"], "absolute": ["learned", "sinusoidal"], "randomized": ["rope"],
-              "random_positions": 64, "metric": "exact",
+              "random_positions": 64, "metric": "exact", "learned": 0.9,
               "tie": {"margin": 0.0, "reason": "a tie"},
               "min_gain": {"margin": 0.05, "reason": "a boost of five points"}}
 
@@ -204,3 +204,29 @@ def test_a_length_no_run_could_score_is_left_out(tmp_path):
     assert v[1].verdict == v[2].verdict == HOLDS
     assert "(lengths 14, exact match: nope 0.505, learned 0.100, sinusoidal 0.200)" in \
         v[1].measured
+
+
+def test_an_arm_that_did_not_learn_the_task_is_not_compared(tmp_path):
+    """NoPE far ahead beyond n_max, but learned solved only 40% of instances at n_max: the
+    claim compares nothing, and says which arm did not learn the task."""
+    for seed in (0, 1):
+        make_run(tmp_path, "copy", "nope", seed, [0.6, 0.4])
+        make_run(tmp_path, "copy", "learned", seed, [0.0, 0.0], "encoding.max_positions=64",
+                 at_n_max=0.4 + 0.02 * seed)
+        make_run(tmp_path, "copy", "sinusoidal", seed, [0.1, 0.0])
+    v = by_number(verdicts(load_runs(tmp_path)[0], PRESET, 16384))
+    assert v[1].verdict == UNMEASURED
+    assert v[1].measured == ("not measured: learned on copy did not learn copy (exact match "
+                             "0.410 at n_max, below 0.9)")
+
+
+def test_an_arm_just_at_the_learnability_threshold_is_compared(tmp_path):
+    runs = arms(tmp_path, (0, 1), nope=lambda s: [0.6, 0.4], learned=lambda s: [0.2, 0.1],
+                sinusoidal=lambda s: [0.3, 0.1], rope=lambda s: [0.5, 0.3],
+                rope_random=lambda s: [0.5, 0.3])
+    for r in runs:  # every arm at exactly 0.9 at n_max
+        for p in r.tasks:
+            if p["length"] == N_MAX:
+                p["exact"] = 0.9
+    v = by_number(verdicts(runs, PRESET, 16384))
+    assert v[1].verdict == HOLDS

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from posexp.data.tasks import formats  # noqa: F401 -- registers the formats, after the tasks
 from posexp.data.tasks.generators import (
     AdditionTask,
     CopyTask,
@@ -63,13 +64,23 @@ def _check(task: Task, length: int) -> None:
 
 
 def max_length_within(task: Task, seq_len: int) -> int:
-    """The longest representable length whose instances fit in ``seq_len`` tokens."""
+    """The longest representable length whose instances fit in ``seq_len`` tokens.  A
+    task's lengths are a range and its tokens grow with the length, so this is a binary
+    search: a train.seq_len of 2**30 is answered at once, not after a billion steps."""
     n = task.min_length
     if task.tokens_for(n) > seq_len:
         raise ValueError(f"{task.name}: even the shortest instance (length {n}) takes "
                          f"{task.tokens_for(n)} tokens, more than seq_len={seq_len}")
-    while task.why_not(n + 1) is None and task.tokens_for(n + 1) <= seq_len:
-        n += 1
+
+    def fits(length: int) -> bool:
+        return task.why_not(length) is None and task.tokens_for(length) <= seq_len
+
+    high = n + 1  # the first length that does not fit: every token count grows with length
+    while fits(high):
+        n, high = high, 2 * high
+    while high - n > 1:
+        middle = (n + high) // 2
+        n, high = (middle, high) if fits(middle) else (n, middle)
     return n
 
 

@@ -17,14 +17,18 @@ FILLER = ("the", "grass", "is", "green", "the", "sky", "is", "blue", "the", "sun
 
 # PAD is never a target; SEP ends every prompt; EOS ends every answer and is scored, so a
 # model must learn to stop.  QUERY asks for a recall key's value or for the passkey.
+# Index hints (Zhou et al. 2024): marker tokens #0 .. #(HINTS-1) placed before each symbol or
+# digit, so that a model can align an answer with its prompt by content, not by position.
+HINTS = 128
 VOCAB: tuple[str, ...] = (
     "_", "|", ".", "?", "+", "key",
-    *"0123456789", *LETTERS, *dict.fromkeys(FILLER),
+    *"0123456789", *LETTERS, *dict.fromkeys(FILLER), *(f"#{i}" for i in range(HINTS)),
 )
 PAD, SEP, EOS, QUERY, PLUS, KEY = range(6)
 DIGIT0 = VOCAB.index("0")  # digit d is DIGIT0 + d
 LETTER0 = VOCAB.index("a")  # the symbol alphabet: LETTER0 .. LETTER0 + len(LETTERS) - 1
 FILLER_PATTERN = np.array([VOCAB.index(w) for w in FILLER], dtype=np.int64)
+HINT0 = VOCAB.index("#0")  # hint i is HINT0 + i
 VOCAB_SIZE = len(VOCAB)
 
 _IDS = {word: i for i, word in enumerate(VOCAB)}

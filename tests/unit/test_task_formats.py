@@ -1,0 +1,83 @@
+"""The task formats of the literature (posexp/data/tasks/formats.py), each checked by an
+independent solver on the printed instance: parse the prompt as a person reads it, solve it,
+and compare with the answer the generator wrote."""
+
+import numpy as np
+import pytest
+
+from posexp.data.tasks import TASKS, decode, encode
+from posexp.data.tasks.vocab import HINTS
+
+
+def parts(instance) -> tuple[list[str], list[str]]:
+    words = decode(instance.tokens).split()
+    sep = words.index("|")
+    assert words[-1] == "."
+    return words[:sep], words[sep + 1:-1]
+
+
+def unhint(words: list[str]) -> tuple[list[int], list[str]]:
+    """('#5 a #6 b') -> ([5, 6], ['a', 'b']), checking the hints alternate with symbols."""
+    assert all(w.startswith("#") for w in words[0::2])
+    assert not any(w.startswith("#") for w in words[1::2])
+    return [int(w[1:]) for w in words[0::2]], words[1::2]
+
+
+def reversed_number(digits: list[str]) -> int:
+    return int("".join(reversed(digits)))
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 13])
+def test_reversed_addition_is_the_sum_least_significant_digit_first(n):
+    rng = np.random.default_rng(n)
+    for _ in range(50):
+        prompt, answer = parts(TASKS["addition_reversed"].sample(rng, n))
+        plus = prompt.index("+")
+        a, b = reversed_number(prompt[:plus]), reversed_number(prompt[plus + 1:])
+        assert len(prompt[:plus]) == len(prompt[plus + 1:]) == n and len(answer) == n + 1
+        assert reversed_number(answer) == a + b
+
+
+@pytest.mark.parametrize("task,solve", [("copy_hints", lambda xs: xs),
+                                        ("reverse_hints", lambda xs: xs[::-1])])
+@pytest.mark.parametrize("n", [1, 3, 9, 40])
+def test_hinted_copy_and_reverse(task, solve, n):
+    rng = np.random.default_rng(n)
+    starts = set()
+    for _ in range(50):
+        instance = TASKS[task].sample(rng, n)
+        assert len(instance.tokens) == TASKS[task].tokens_for(n)
+        prompt, answer = parts(instance)
+        hints, symbols = unhint(prompt)
+        assert hints == list(range(hints[0], hints[0] + n)) and hints[-1] < HINTS
+        pairs = list(zip(hints, symbols, strict=True))
+        assert [tuple(p) for p in zip(*unhint(answer), strict=True)] == solve(pairs)
+        starts.add(hints[0])
+    assert len(starts) > 10  # the hints start anywhere, so training reaches every one
+
+
+@pytest.mark.parametrize("n", [1, 4, 17])
+def test_hinted_addition_puts_digit_i_of_each_number_under_one_hint(n):
+    rng = np.random.default_rng(n)
+    for _ in range(50):
+        prompt, answer = parts(TASKS["addition_hints"].sample(rng, n))
+        plus = prompt.index("+")
+        (ha, a), (hb, b), (hs, s) = (unhint(x) for x in (prompt[:plus], prompt[plus + 1:],
+                                                          answer))
+        assert ha == hb == hs[:n] and hs == list(range(hs[0], hs[0] + n + 1))
+        assert reversed_number(s) == reversed_number(a) + reversed_number(b)
+
+
+def test_a_length_past_the_hints_is_not_applicable():
+    assert TASKS["copy_hints"].why_not(HINTS) is None
+    assert "needs 129 index hints, past the 128" in TASKS["copy_hints"].why_not(HINTS + 1)
+    with pytest.raises(ValueError, match="index hints"):
+        TASKS["copy_hints"].sample(np.random.default_rng(0), HINTS + 1)
+
+
+def test_the_printed_examples_of_the_docstrings():
+    assert decode(TASKS["addition_reversed"].make(57, 68, 2).tokens) == "7 5 + 8 6 | 5 2 1 ."
+    assert decode(TASKS["addition_hints"].make(57, 68, 2).tokens) == (
+        "#0 7 #1 5 + #0 8 #1 6 | #0 5 #1 2 #2 1 .")
+    assert decode(TASKS["reverse_hints"].make(encode("a b"), start=4).tokens) == (
+        "#4 a #5 b | #5 b #4 a .")
