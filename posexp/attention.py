@@ -76,6 +76,8 @@ def causal_attention(
     seq]: randomized positions in training, whose bias (of their differences, one per
     sequence) is built whole, at a training length, and applied by SDPA."""
     if bias is None:
+        if _long_inference(q):
+            return _causal_blocked(q, k, v)
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)
     if positions is not None:
         mask = bias.position_bias(layer, positions).to(q.dtype)
@@ -88,6 +90,41 @@ def causal_attention(
             raise ValueError("FlexAttention has no dropout; use attention=sdpa or flash")
         return _flex(q, k, v, bias.score_mod(layer))
     return _sdpa_blocked(q, k, v, bias, layer, dropout_p)
+
+
+# One causal kernel call over a long window runs for minutes on a CPU (200k tokens: one
+# call per layer), and a signal is handled only between two calls: posexp eval would
+# ignore SIGTERM and Ctrl-C that long.  Past this much work (batch x heads x T^2/2 x d_head,
+# about a second of one core) inference attends one block of queries at a time, each call
+# at most CAUSAL_BLOCK_WORK: the same result to float rounding, in about 1.5-1.8x the time.
+CAUSAL_WORK = 1 << 34
+CAUSAL_BLOCK_WORK = 1 << 31
+
+
+def _long_inference(q: torch.Tensor) -> bool:
+    b, h, t, d = q.shape
+    return q.device.type == "cpu" and not torch.is_grad_enabled() and b * h * t * t * d // 2 \
+        > CAUSAL_WORK
+
+
+def _causal_blocked(q, k, v):
+    """Causal SDPA one block of queries at a time: queries start..stop-1 see keys 0..stop-1,
+    the later ones of the last block masked by a slice of one boolean template (as
+    _sdpa_blocked slices its bias), at most BIAS_BLOCK_ELEMENTS of it."""
+    b, h, seq_len, d = q.shape
+    block = max(1, min(seq_len, BIAS_BLOCK_ELEMENTS // seq_len,
+                       CAUSAL_BLOCK_WORK // max(1, b * h * seq_len * d)))
+    first = seq_len - block
+    template = torch.arange(seq_len, device=q.device)[None, :] \
+        <= torch.arange(first, seq_len, device=q.device)[:, None]
+    out = []
+    for start in reversed(range(0, seq_len, block)):
+        stop = min(start + block, seq_len)
+        rows, keys = max(0, start - first), max(0, first - start)
+        out.append(F.scaled_dot_product_attention(
+            q[:, :, start:stop], k[:, :, :stop], v[:, :, :stop],
+            attn_mask=template[None, None, rows: rows + stop - start, keys: keys + stop]))
+    return torch.cat(out[::-1], dim=2)
 
 
 def _sdpa_blocked(q, k, v, bias: PositionalEncoding, layer: int, dropout_p: float):

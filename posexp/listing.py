@@ -14,6 +14,7 @@ longest length scored, where a corpus run has perplexities.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -239,7 +240,7 @@ def completed_run(path: Path) -> RunResult:
     """The completed run in ``path``, or a UsageError saying why it cannot be compared."""
     if not path.is_dir():
         raise UsageError(f"{path} is not a directory")
-    if not (path / RUN).is_file():
+    if not os.path.lexists(path / RUN):  # a FIFO there: load_run says it is damaged
         raise UsageError(f"{path} is not a posexp run (no {RUN})")
     r = load_run(path)
     if r.status != "completed":

@@ -22,6 +22,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from posexp.config.schema import WandbMode
+from posexp.errors import flat
 
 
 def wandb_dir(default: Path) -> Path:
@@ -65,7 +66,17 @@ class Sink:
 
 
 def warn(message: str) -> None:
-    print(f"posexp: warning: {message}", file=sys.stderr)
+    print(f"posexp: warning: {flat(message)}", file=sys.stderr)
+
+
+def reason(e: BaseException, limit: int = 200) -> str:
+    """An error as part of one line: its type and message, its lines joined, cut at a word
+    within ``limit`` characters (W&B's validation errors run to several lines, and a cut
+    mid-word reads as garbage)."""
+    text = flat(str(e))
+    if len(text) > limit:
+        text = text[:limit].rsplit(" ", 1)[0].rstrip(" ,;:") + " ..."
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
 class WandbSink(Sink):
@@ -138,8 +149,8 @@ class Guarded(Sink):
         try:
             getattr(self.inner, method)(*args)
         except Exception as e:
-            warn(f"{self.name} failed ({type(e).__name__}: {str(e).strip()[:200]}); "
-                 "the run goes on and its local files are complete")
+            warn(f"{self.name} failed ({reason(e)}); the run goes on and its local files "
+                 "are complete")
             self.inner = None
 
     def log(self, record: dict) -> None:
@@ -161,6 +172,5 @@ def open_sink(cfg: DictConfig, run_dir: Path, group: str | None = None) -> Sink:
         warn("logger=wandb needs the wandb package (pip install 'posexp[wandb]'); "
              "logging to local files only")
     except Exception as e:
-        warn(f"W&B could not start ({type(e).__name__}: {str(e).strip()[:200]}); "
-             "logging to local files only")
+        warn(f"W&B could not start ({reason(e)}); logging to local files only")
     return Sink()

@@ -13,8 +13,13 @@ from __future__ import annotations
 import contextlib
 import io
 import itertools
+import math
 import os
+import shutil
+import signal
 import sys
+import tempfile
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,9 +27,14 @@ from pathlib import Path
 from omegaconf import DictConfig, open_dict
 
 from posexp.config import GROUPS, RunSpec, check, compose_overrides, in_identity
+from posexp.config.bounds import MAX_SWEEP_JOBS
 from posexp.config.compose import group_options
 from posexp.config.guards import check_overrides, parse_override
-from posexp.errors import PosexpError, UsageError, first_line
+from posexp.errors import PosexpError, Stopped, UsageError, first_line
+
+# where the bound on a sweep's jobs can be raised (MAX_SWEEP_JOBS)
+MAX_JOBS_VARIABLE = "POSEXP_SWEEP_MAX_JOBS"
+STOP_FILE = "POSEXP_STOP_FILE"  # posexp.run.training.STOP_FILE, without importing torch
 
 
 def grid(overrides: list[str], preset_params: dict[str, str],
@@ -44,6 +54,7 @@ def grid(overrides: list[str], preset_params: dict[str, str],
     parsed += parser.parse_overrides(
         [f"{k}={v}" for k, v in preset_params.items() if k not in given])
     axes, spelled = [], []
+    bound = max_jobs()
     for o in parsed:
         key = o.get_key_element()
         if o.value_type == ValueType.GLOB_CHOICE_SWEEP:
@@ -56,11 +67,31 @@ def grid(overrides: list[str], preset_params: dict[str, str],
                 raise UsageError(f"{o.input_line} matches none of the {key} options "
                                  f"({', '.join(available)})")
             spelled.append(f"{key}={','.join(values)}")
-        else:
-            values = (list(o.sweep_string_iterator()) if o.is_sweep_override()
-                      else [o.get_value_element_as_str()])
+        else:  # at most one value past the bound: range(0,10**12) is not listed
+            values = (list(itertools.islice(o.sweep_string_iterator(), bound + 2))
+                      if o.is_sweep_override() else [o.get_value_element_as_str()])
         axes.append([f"{key}={v}" for v in values])
+    count = math.prod(len(axis) for axis in axes)
+    if count > bound:
+        many = f"more than {bound + 1:,}" if any(len(a) > bound + 1 for a in axes) \
+            else f"{count:,}"
+        raise UsageError(f"this sweep has {many} jobs; one sweep runs at most {bound:,} (each "
+                         "job is composed and checked before the first starts, about 0.2 s a "
+                         f"job); split it into sweeps of at most {bound:,} jobs (e.g. "
+                         f"seed=range(0,{bound}), then seed=range({bound},{2 * bound}); a sweep "
+                         "run again skips completed runs), or raise the bound: "
+                         f"{MAX_JOBS_VARIABLE}=N posexp sweep ...")
     return [list(job) for job in itertools.product(*axes)], spelled
+
+
+def max_jobs() -> int:
+    """The most jobs one sweep may have: MAX_SWEEP_JOBS, or POSEXP_SWEEP_MAX_JOBS."""
+    value = os.environ.get(MAX_JOBS_VARIABLE)
+    if value is None:
+        return MAX_SWEEP_JOBS
+    if not value.isdigit() or int(value) < 1:
+        raise UsageError(f"{MAX_JOBS_VARIABLE} must be a positive integer, got {value!r}")
+    return int(value)
 
 
 def is_glob(override: str) -> bool:
@@ -130,8 +161,11 @@ def plan(overrides: list[str], config_dir: str | None = None,
     jobs, globs = grid(overrides, {str(k): str(v) for k, v in params.items()},
                        lambda group: group_options(group, config_dir))
     run_name = run_name_override(jobs)
+    launcher = check_launcher(preset.hydra.launcher, len(jobs))
     planned, where, checked = [], {}, set()
+    planning = Planning(len(jobs))
     for job in jobs:
+        planning.tick()
         j = _job(job, run_name, config_dir, config_name)
         if devices and (j.cfg.device, j.cfg.attention) not in checked:
             try:
@@ -153,17 +187,60 @@ def plan(overrides: list[str], config_dir: str | None = None,
         if j.cfg.train.resume:
             spec = RunSpec.of(j.cfg)
             existing(Run(spec.path), spec)
-    return planned, [*run_name, *globs]
+    return planned, [*run_name, *globs, *launcher]
+
+
+class Planning:
+    """A line every 30 s while a large sweep is planned (composing a job takes about 0.2 s,
+    so 1,000 take minutes): on a terminal and in a log alike, nothing for a short plan."""
+
+    def __init__(self, total: int) -> None:
+        from posexp.run.training import progress_every
+
+        self.total, self.done, self.every = total, 0, progress_every()
+        self.start = self.last = time.perf_counter()
+
+    def tick(self) -> None:
+        now = time.perf_counter()
+        if self.done and now - self.last >= self.every:
+            self.last = now
+            left = (now - self.start) / self.done * (self.total - self.done)
+            print(f"posexp sweep: planning: {self.done:,} of {self.total:,} jobs composed and "
+                  f"checked, about {left:.0f} s left", file=sys.stderr, flush=True)
+        self.done += 1
+
+
+def check_launcher(launcher: DictConfig, jobs: int) -> list[str]:
+    """The launcher's settings that would fail only once the jobs are launched, refused now
+    (joblib's n_jobs=0); and the overrides posexp adds: joblib's n_jobs lowered to the
+    number of jobs, so no worker sits idle (an idle worker dies of a signal it has no
+    handler for yet, and takes the pool down with it) and each job gets more threads."""
+    target = str(launcher.get("_target_", ""))
+    if "joblib" not in target:
+        return []
+    n_jobs = launcher.get("n_jobs")
+    if isinstance(n_jobs, bool) or not isinstance(n_jobs, int) or n_jobs == 0:
+        raise UsageError(f"hydra.launcher.n_jobs must be a non-zero integer (the jobs run at "
+                         f"once; -1: one for each core), got {n_jobs!r}")
+    cores = os.cpu_count() or 1
+    effective = n_jobs if n_jobs > 0 else max(1, cores + 1 + n_jobs)
+    return [f"hydra.launcher.n_jobs={jobs}"] if effective > jobs else []
 
 
 def one_job(overrides: list[str]) -> list[str]:
     """The overrides with each sweep replaced by its first value (a glob left out): what the
-    sweep's common config composes from (task.* needs a task, say)."""
+    sweep's common config composes from (task.* needs a task, say).  An interval is
+    refused here, first: Hydra's sweeper cannot list one, and says so in its own words."""
     from hydra.core.override_parser.types import ValueType
 
     out = []
     for o in overrides:
         parsed = parse_override(o)
+        if parsed.value_type == ValueType.INTERVAL_SWEEP:
+            key = parsed.get_key_element()
+            raise UsageError(f"{o}: interval() is a continuous range, which a sweep cannot "
+                             "list (it is for samplers such as Optuna's); give the values: "
+                             f"{key}=0,1 or {key}=range(0,10)")
         if not parsed.is_sweep_override():
             out.append(o)
         elif parsed.value_type != ValueType.GLOB_CHOICE_SWEEP:
@@ -274,15 +351,73 @@ def whole_lines(prefix: str) -> Iterator[None]:
         err.close()
 
 
+def request_stop(signum: int, frame: object = None) -> None:
+    """SIGINT/SIGTERM in a sweep's parent, or in one of its job processes outside training
+    and evaluation (which have handlers of their own): the stop file says so to every job,
+    which stops at its next step or batch, checkpointed; jobs not started yet do not start.
+    A second signal counts too (the file keeps the first signal's number)."""
+    path = os.environ.get(STOP_FILE)
+    if not path:
+        return
+    with contextlib.suppress(OSError):
+        first = Path(path).read_text().split()[0] if os.path.exists(path) else str(signum)
+        Path(f"{path}.tmp{os.getpid()}").write_text(f"{first}\n")
+        os.replace(f"{path}.tmp{os.getpid()}", path)
+
+
+# The stop a sweep ended with, read by summarize: the signal's number, once one came.
+STOPPED: dict[str, int | None] = {"signum": None}
+
+
+@contextlib.contextmanager
+def stopping() -> Iterator[None]:
+    """Around the launch of a sweep's jobs in its parent: SIGINT/SIGTERM (a user, timeout,
+    Slurm) write the stop file every job reads, wherever the launcher runs it (this
+    process, joblib's workers, submitit's), instead of ending the parent alone and leaving
+    the workers to train on, orphaned.  The parent waits for them to checkpoint, and
+    summarize ends the command with one line and 128 + the signal's number."""
+    folder = tempfile.mkdtemp(prefix="posexp-sweep-")
+    path = os.path.join(folder, "stop")
+    saved = os.environ.get(STOP_FILE)
+    os.environ[STOP_FILE] = path  # jobs in this process and in workers started from it
+    STOPPED["signum"] = None
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
+            previous[sig] = signal.signal(sig, request_stop)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            STOPPED["signum"] = int(Path(path).read_text().split()[0])
+        if saved is None:
+            os.environ.pop(STOP_FILE, None)
+        else:
+            os.environ[STOP_FILE] = saved
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def stop_overrides() -> list[str]:
+    """The override that gives every job the stop file (Hydra sets it in each job's
+    environment, also in a pool of workers started before this sweep)."""
+    path = os.environ.get(STOP_FILE)
+    return [f"+hydra.job.env_set.{STOP_FILE}={path}"] if path else []
+
+
 def sweep_job(cfg: DictConfig) -> str:
     """One job of a sweep, run by Hydra's launcher; returns the run's status.  Under a
     parallel launcher every line the job prints is whole and starts with its run name, and
-    there are no progress bars."""
+    progress is a plain line every 30 s.  A job stopped by a signal (its own, or its
+    parent's through the stop file) is checkpointed and marked interrupted: one after
+    another, the sweep ends there; in parallel, the job reports it and the parent says
+    so once all have; a job not started by then does not start."""
     import torch
     from hydra.core.hydra_config import HydraConfig
 
     from posexp.run import run
-    from posexp.run.training import Interrupted
+    from posexp.run.training import Interrupted, stop_requested
 
     name = f"{cfg.experiment}/{cfg.run_name}"
     launcher = HydraConfig.get().launcher
@@ -290,12 +425,21 @@ def sweep_job(cfg: DictConfig) -> str:
     if threads:
         torch.set_num_threads(threads)
     sequential = "BasicLauncher" in str(launcher.get("_target_", ""))
+    if not sequential:  # a worker: a signal between jobs stops the sweep, and not the worker
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(ValueError):
+                signal.signal(sig, request_stop)
+    if stop_requested() is not None:
+        return "not started"
     with contextlib.nullcontext() if sequential else whole_lines(f"[{cfg.run_name}] "):
         try:
             check(cfg)
-            return run(RunSpec.of(cfg), progress=sequential, group=cfg.experiment)
-        except Interrupted:
-            raise  # a signal stops the whole sweep; its run is checkpointed
+            return run(RunSpec.of(cfg), progress=True, group=cfg.experiment)
+        except (Interrupted, KeyboardInterrupt):
+            if sequential:
+                raise  # a signal stops the whole sweep; its run is checkpointed
+            request_stop(signal.SIGTERM)  # its own signal: the other jobs stop too
+            return "interrupted"
         except Exception as e:  # one failed job must not stop the sweep
             print(f"posexp sweep: {name}: failed: {first_line(e)}", file=sys.stderr)
             return "failed"
@@ -308,6 +452,8 @@ def summarize(jobs: list[DictConfig]) -> None:
     from posexp.report import Report, terminal_table, write_tables
     from posexp.runs import MISSING, RunResult, load_run, split_runs
 
+    if STOPPED["signum"] is not None:
+        raise stopped_line(jobs, STOPPED["signum"])
     by_experiment: dict[Path, list[RunResult]] = {}
     for cfg in jobs:
         root = Path(cfg.results_dir) / cfg.experiment
@@ -328,3 +474,23 @@ def summarize(jobs: list[DictConfig]) -> None:
         failed += report.not_done
     if failed:
         raise PosexpError(f"{len(failed)} of {len(jobs)} runs did not complete")
+
+
+def stopped_line(jobs: list[DictConfig], signum: int) -> Stopped:
+    """The one line a stopped sweep ends with: how many runs were checkpointed and marked
+    interrupted, how many completed and how many never started; exit 128 + signum."""
+    from posexp.runs import load_run
+
+    statuses = [load_run(Path(c.results_dir) / c.experiment / c.run_name).status
+                for c in jobs]
+    counts = {s: statuses.count(s) for s in dict.fromkeys(statuses)}
+    interrupted = counts.pop("interrupted", 0)
+    parts = [f"{interrupted} run{'s' * (interrupted != 1)} checkpointed and marked "
+             "interrupted"] + [f"{n} {status}" for status, n in counts.items()
+                               if status != "missing"]
+    if counts.get("missing"):
+        parts.append(f"{counts['missing']} not started")
+    error = Stopped(f"stopped by {signal.Signals(signum).name}: {', '.join(parts)}; run the "
+                    "same command again to finish the sweep")
+    error.exit_code = 128 + signum
+    return error

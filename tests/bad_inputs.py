@@ -68,6 +68,11 @@ def make_inputs(d: Path) -> None:
     (d / "norandom.yaml").write_text(yaml.safe_dump(encodings))
     (d / "target.yaml").write_text(yaml.safe_dump(
         {**preset, "overrides": ["+hydra.callbacks.x._target_=os.makedirs"]}))
+    # issue #28: a preset that writes outside --results-dir; thresholds no claim can use
+    (d / "elsewhere.yaml").write_text(yaml.safe_dump(
+        {**preset, "runs": [["encoding=rope", f"results_dir={d}/elsewhere"]]}))
+    (d / "flat15.yaml").write_text(yaml.safe_dump({**preset, "thresholds": {
+        **preset["thresholds"], "alibi_flat_at": [1.5]}}))
     # runs: a config that evaluates on the small corpus, and damaged variants
     C.register()
     cfg = C.resolve(compose_args([*TINY, "data=text", f"data.path={d / 'corpus.txt'}"]))
@@ -143,6 +148,14 @@ BAD = [
     (["sweep", "--config-dir", "{d}/cd_logging", "hydra/job_logging=pwn"], 2,
      ["pwn.yaml sets handlers.x.class: os.system"]),
     (["eval", RUN, "eval.lengths={_target_:os.system}"], 2, ["is refused"]),
+    # issue #28: a refused key inside a value; a config from outside the config directories
+    (["train", "encoding={name:evil,module:evilmod}"], 2,
+     ["encoding.module names Python code to import", "inside encoding={name:evil"]),
+    (["sweep", "encoding={name:evil,module:evilmod},rope"], 2, ["encoding.module names"]),
+    (["train", "hydra.job={env_set:{LD_PRELOAD:/x.so}}"], 2,
+     ["hydra.job.env_set.LD_PRELOAD is refused"]),
+    (["train", "--config-name", "../../../../tmp/x/evil"], 2, ["is not the name of a config"]),
+    (["train", "encoding=../../x/evil"], 2, ["'../../x/evil' is not an option of encoding"]),
     # groups and keys that posexp does not have
     (["train", "encoding=encoding_schema"], 2, ["there is no encoding 'encoding_schema'"]),
     (["train", "data=data_schema"], 2, ["there is no data 'data_schema'"]),
@@ -197,6 +210,33 @@ BAD = [
      ["data.hf_name is set, but data=text does not read it"]),
     (["train", "data.tokenizer_path={d}/corpus.txt"], 2,
      ["data.tokenizer_path is set, but data.tokenizer=byte does not read it"]),
+    (["train", "data=task", "task=copy", "data.source=stdlib"], 2,
+     ["data.source=stdlib contradicts data=task"]),
+    # settings the chosen encoding, evaluation, task, scaling or logger would ignore (#28)
+    (["train", "encoding=alibi", "encoding.base=500"], 2,
+     ["encoding.base is set, but encoding=alibi does not read it"]),
+    (["train", "encoding.max_positions=128"], 2,
+     ["encoding.max_positions is set, but encoding=rope does not read it"]),
+    (["train", "eval.stride=32"], 2,
+     ["eval.stride is set, but eval.mode=nonoverlapping does not read it"]),
+    (["eval", RUN, "eval.stride=8"], 2, ["eval.stride is set, but eval.mode=nonoverlapping"]),
+    (["train", "eval.rope_scaling.beta_fast=16"], 2,
+     ["eval.rope_scaling.beta_fast is set, but eval.rope_scaling has no method"]),
+    (["train", "data=task", "task=copy", "task.depths=[0.5]"], 2,
+     ["task.depths is set, but task=copy has no depth"]),
+    (["train", "logger.project=foo"], 2, ["logger.project is set, but logger=local"]),
+    # what used to fail late, with a raw error (#28)
+    (["train", "encoding=xpos", "encoding.hparams.scale_base=1e-300"], 2,
+     ["reaches only 0 positions, fewer than train.seq_len (64)"]),
+    (["sweep", "seed=interval(0,1)"], 2, ["interval() is a continuous range"]),
+    (["sweep", "seed=0,1", "hydra/launcher=joblib", "hydra.launcher.n_jobs=0"], 2,
+     ["hydra.launcher.n_jobs must be a non-zero integer"]),
+    (["sweep", "seed=range(0,100000)", "--cfg", "job"], 2,
+     ["this sweep has more than 1,001 jobs", "POSEXP_SWEEP_MAX_JOBS"]),
+    (["train", "data=task", "task=copy", "train.seq_len=67108864", "train.batch_size=1",
+      "train.tokens=100000000"], 2, ["eval.task_lengths by default are 1-8 x n_max"]),
+    (["train", "train.warmup_tokens=3000000"], 2, ["covers the whole run"]),
+    (["train", "train.batch_size=8", "train.batch_tokens=4096"], 2, ["both size the batch"]),
     # values out of range, and sizes bounded by memory and time
     (["train", "seed=-1"], 2, ["seed must be an integer in [0, 2**63 - 1], got -1"]),
     (["train", "seed=100000000000000000000000"], 2, ["seed must be an integer in [0, 2**63"]),
@@ -222,14 +262,16 @@ BAD = [
     (["train", "train.warmup_tokens=-1"], 2, ["train.warmup_tokens must be an integer in [0"]),
     (["train", "train.val_tokens=0"], 2, ["train.val_tokens must be a positive integer"]),
     (["train", "logger.name=foo"], 2, ["logger.name must be one of local, wandb"]),
-    (["train", "logger.init_timeout=nan"], 2, ["logger.init_timeout must be a finite number"]),
+    (["train", "logger=wandb", "logger.init_timeout=nan"], 2,
+     ["logger.init_timeout must be a finite number"]),
     (["train", "results_dir="], 2, ["results_dir must not be empty"]),
     (["train", "results_dir=" + "r" * 300], 2, ["results_dir is too long"]),
     (["train", "experiment="], 2, ["experiment must be a plain directory name"]),
     (["train", "data.val_fraction=1.5"], 2, ["data.val_fraction must be a finite number in (0"]),
     (["train", "data.val_fraction=nan"], 2, ["data.val_fraction must be a finite number"]),
     (["train", "model.dropout=1.0"], 2, ["model.dropout must be a finite number in [0, 1)"]),
-    (["train", "encoding.max_positions=0"], 2, ["encoding.max_positions must be a positive"]),
+    (["train", "encoding=learned", "encoding.max_positions=0"], 2,
+     ["encoding.max_positions must be a positive"]),
     (["train", "data=hf", "data.hf_name=x", "data.train_split="], 2,
      ["data.train_split must not be empty"]),
     # devices
@@ -290,6 +332,10 @@ BAD = [
      ["thresholds.t5_flat must be a mapping of margin (a number, 0 or more) and reason"]),
     (["reproduce", "--preset", "{d}/norandom.yaml"], 2,
      ["norandom.yaml has no thresholds.randomized"]),
+    (["reproduce", "--preset", "{d}/elsewhere.yaml"], 2,
+     ["elsewhere.yaml: run 1: results_dir cannot be set in a preset"]),
+    (["reproduce", "--preset", "{d}/flat15.yaml"], 2,
+     ["thresholds.alibi_flat_at must be a list of integer multiples of L, each 2 or more"]),
     (["reproduce", "--preset", "nope"], 2,
      ["there is no reproduce preset 'nope'", ", ".join(sorted(
          p.stem for p in (Path(C.CONFIG_DIR) / "reproduce").glob("*.yaml")))]),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,8 @@ from omegaconf import DictConfig, OmegaConf
 from posexp.claims.base import Margin
 from posexp.claims.registry import CLAIM_SETS, ClaimSet
 from posexp.config import CONFIG_DIR
+from posexp.config.check import check_name
+from posexp.config.guards import parse_override
 from posexp.errors import UsageError, flat
 
 DEFAULT_SET = "press"
@@ -75,12 +78,14 @@ def load_preset(name: str) -> tuple[DictConfig, ClaimSet]:
     claim_set = CLAIM_SETS[name]
     _check(path, tree, Preset, "", claim_set)
     _check(path, tree["thresholds"], claim_set.thresholds, "thresholds.", claim_set)
+    _check_multiples(path, tree["thresholds"])
     _check_lists(path, tree)
+    _check_places(path, tree)
     return OmegaConf.create(tree), claim_set
 
 
-KINDS = {int: "a number", float: "a number", list: "a list", str: "a string",
-         bool: "true or false", dict: "a mapping",
+KINDS = {int: "a positive integer", float: "a finite number above 0", list: "a list",
+         str: "a string", bool: "true or false", dict: "a mapping",
          Margin: "a mapping of margin (a number, 0 or more) and reason (why that margin)"}
 
 
@@ -89,14 +94,42 @@ def _kind(field_type: object) -> type:
     return (args[0] if args else field_type) if typing.get_origin(field_type) else field_type
 
 
+def _number(value: object) -> bool:
+    """A finite number: YAML's .nan and .inf are numbers that no threshold can be."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(value)
+
+
 def _fits(value: object, kind: type) -> bool:
-    if kind in (int, float):
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is int:  # a length, a count, a multiple: int() would cut 1.5 to 1
+        return _number(value) and isinstance(value, int) and value > 0
+    if kind is float:
+        return _number(value) and value > 0
     if kind is Margin:  # a claim's margin is fixed in the preset with its reason
         return isinstance(value, dict) and set(value) == {"margin", "reason"} \
-            and _fits(value["margin"], float) and 0 <= value["margin"] < float("inf") \
+            and _number(value["margin"]) and value["margin"] >= 0 \
             and isinstance(value["reason"], str) and bool(value["reason"].strip())
     return isinstance(value, kind)
+
+
+def _check_multiples(path: Path, thresholds: dict) -> None:
+    """A threshold named ``*_at`` is a multiple k of L (or a list of them) where a claim
+    reads ppl(kL): an integer, since kL is an evaluated length, and 2 or more, since at k = 1
+    every ratio to ppl(L) is 1 and a claim about "past L" would hold by construction.  The
+    claim sets' other lists name encodings or tasks."""
+    for key, value in thresholds.items():
+        if value is None:
+            continue
+        items = value if isinstance(value, list) else [value]
+        if str(key).endswith("_at"):
+            if not items or not all(_number(k) and isinstance(k, int) and k >= 2
+                                    for k in items):
+                raise UsageError(f"preset {path}: thresholds.{key} must be "
+                                 f"{'a list of ' * isinstance(value, list)}integer multiples "
+                                 f"of L, each 2 or more (a claim past L), got {value!r:.60}")
+        elif isinstance(value, list) and not all(isinstance(v, str) and v for v in value):
+            raise UsageError(f"preset {path}: thresholds.{key} must be a list of names, got "
+                             f"{value!r:.60}")
 
 
 def _check(path: Path, tree: dict, schema: type, where: str, claim_set: ClaimSet) -> None:
@@ -143,6 +176,38 @@ def _check_lists(path: Path, tree: dict) -> None:
                 for k in ("parent", "overrides"))):
             raise UsageError(f"preset {path}: fine-tune {i} must be a mapping of parent and "
                              f"overrides, each a list of overrides, got {entry!r}")
+
+
+# keys a preset's overrides may not set: where its runs are written is --results-dir's, and
+# the token cache is the user's (POSEXP_CACHE)
+NOT_IN_PRESETS = {"results_dir": "a preset's runs go under --results-dir: posexp reproduce "
+                                 "--results-dir DIR",
+                  "data.cache_dir": "the token cache is the user's: POSEXP_CACHE=DIR"}
+
+
+def _check_places(path: Path, tree: dict) -> None:
+    """A preset writes only under --results-dir: its experiment is a plain directory name,
+    and no override of its runs or fine-tunes sets results_dir, the token cache, or an
+    experiment that is not a plain name."""
+    try:
+        check_name("experiment", tree["experiment"])
+    except UsageError as e:
+        raise UsageError(f"preset {path}: {e}") from None
+    lists = [("overrides", tree["overrides"])]
+    lists += [(f"run {i}", run) for i, run in enumerate(tree["runs"], 1)]
+    lists += [(f"fine-tune {i} {k}", entry[k]) for i, entry in
+              enumerate(tree.get("finetunes") or [], 1) for k in ("parent", "overrides")]
+    for where, overrides in lists:
+        for arg in overrides:
+            try:
+                o = parse_override(arg)
+                if o.key_or_group in NOT_IN_PRESETS:
+                    raise UsageError(f"{o.key_or_group} cannot be set in a preset "
+                                     f"({arg}); {NOT_IN_PRESETS[o.key_or_group]}")
+                if o.key_or_group == "experiment" and not o.is_sweep_override():
+                    check_name("experiment", o.value())
+            except UsageError as e:
+                raise UsageError(f"preset {path}: {where}: {e}") from None
 
 
 def preset_runs(preset: DictConfig) -> list[list[str]]:

@@ -26,7 +26,7 @@ from posexp.claims.preset import (
 from posexp.claims.registry import CLAIM_SETS, ClaimSet
 from posexp.config import RunSpec, check, compose
 from posexp.errors import PosexpError, UsageError, first_line
-from posexp.report import write_report
+from posexp.report import check_report_dir, write_report
 from posexp.runs import MISSING, RunResult, atomic_write_json, atomic_write_text, load_run
 from posexp.runs import split_runs as split
 
@@ -118,6 +118,12 @@ def reproduce(name: str, results_dir: Path, config_dir: str | None = None) -> li
     seeds = preset_seeds(preset, name)
     report = report_dir(preset, name)
     configs, paths, tunes = plan(name, preset, results_dir, seeds, config_dir)
+    out = results_dir / preset.experiment / report
+    if out in paths:  # found now, not after hours of training
+        raise UsageError(f"preset {name}: its report directory {out} is the directory of one "
+                         f"of its runs; give the report another name (report: NAME) or the "
+                         "run another run_name")
+    check_report_dir(out)
     n_tokens = {int(cfg.eval.tokens) for cfg in configs}
     if len(n_tokens) > 1:
         raise UsageError(f"the runs of preset {name} score different eval.tokens "
@@ -131,7 +137,6 @@ def reproduce(name: str, results_dir: Path, config_dir: str | None = None) -> li
             r = RunResult(path, {"status": "not started", "reason": failed[path]})
         results.append(r)
     runs, not_done = split(results)
-    out = results_dir / preset.experiment / report
     write_report(runs, not_done, out, f"posexp reproduce --preset {name}")
     # a run that failed after it completed (scoring its sliding points) is in the report, but
     # its claims are not measured

@@ -5,6 +5,7 @@ names the encodings posexp has, from its configs."""
 from __future__ import annotations
 
 import string
+import textwrap
 from pathlib import Path
 
 import typer
@@ -77,7 +78,8 @@ def help_page(a: Args, command: str) -> str:
         chosen = choices.get(group)
         shown = ", ".join(f"[{o}]" if o == chosen else o
                           for o in group_options(group, a.config_dir))
-        groups.append(f"  {group + '=':16}{shown}")
+        groups.append(textwrap.fill(shown, 100, initial_indent=f"  {group + '=':16}",
+                                    subsequent_indent=" " * 18, break_on_hyphens=False))
     job = resolve(cfg)
     keys = []
     for key, what in MAIN_KEYS:

@@ -4,6 +4,8 @@ run layer (posexp.run) or to Hydra's launcher (sweep)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from posexp import scaling
 from posexp.cli.app import EXTRA, app, hydra_main
-from posexp.cli.args import parse_args, saved_run_args
+from posexp.cli.args import Args, parse_args, saved_run_args
 from posexp.cli.errors import fail
 from posexp.cli.help import Command, help_page, print_config
 from posexp.config import (
@@ -25,6 +27,7 @@ from posexp.config import (
     compose,
     compose_overrides,
 )
+from posexp.config.custom import no_imports
 from posexp.config.guards import check_overrides, parse_override
 from posexp.data.checks import check_paths
 from posexp.errors import UsageError
@@ -32,6 +35,19 @@ from posexp.version import __version__
 
 # a task run's evaluation settings are eval.task_lengths and these of the task group
 EVAL_KEYS = ("eval.", "device", "attention", "task.eval_count", "task.eval_seed", "task.depths")
+# flags with which Hydra shows something and runs nothing
+SHOWS = ("--cfg", "--info", "--hydra-help")
+
+
+def showing(shows: bool) -> contextlib.AbstractContextManager:
+    """No encoding module of the user's is imported while a command only shows a config."""
+    return no_imports() if shows else contextlib.nullcontext()
+
+
+def run_dir_arg(path: Path) -> Path:
+    """A run directory as given on the command line, made absolute where its name says
+    nothing (``.``, ``..``): a run's name and experiment are read from its path."""
+    return Path(os.path.abspath(path)) if path.name in ("", ".", "..") else path
 
 
 def run_config(cfg: DictConfig) -> str:
@@ -59,11 +75,12 @@ def train(ctx: typer.Context) -> None:
         if "--help" in a.flags:
             typer.echo(help_page(a, "train"))
             return
-        cfg = compose(a.overrides, a.config_dir, a.config_name, "train")
+        with showing(any(f in a.flags for f in SHOWS)):
+            cfg = compose(a.overrides, a.config_dir, a.config_name, "train")
         if a.flags.get("--cfg") == "job":
             print_config(cfg, a.flags.get("--package"))
             return
-        if not any(f in a.flags for f in ("--cfg", "--info", "--hydra-help")):
+        if not any(f in a.flags for f in SHOWS):
             from posexp.run import pick_device
 
             check_paths(cfg.data)  # a missing corpus, a FIFO, /dev/zero: refused now
@@ -107,6 +124,7 @@ def eval_(
 
         overrides, show = saved_run_args(ctx.args, "eval", "RUN_DIR, overrides of eval.*, "
                                          "device and attention")
+        run_dir = run_dir_arg(run_dir)
         run = Run.open(run_dir)
         cfg = apply_overrides(run.config(), overrides, allowed=EVAL_KEYS, run_dir=run_dir)
         check_device_name(cfg.device)
@@ -147,16 +165,21 @@ def sweep(ctx: typer.Context) -> None:
             typer.echo(f"posexp {__version__}")
             return
         if "--info" in a.flags or "--hydra-help" in a.flags:  # composed by Hydra, run nothing
-            check_overrides(a.overrides, "sweep")
-            compose_overrides([o for o in a.overrides if not parse_override(o)
-                               .is_sweep_override()], a.config_dir, a.config_name,
-                              command="sweep", resolve=False)
-            hydra_main(lambda cfg: None, a.hydra_argv(drop=("--multirun",)))
+            sweep_info(a)
             return
-        from posexp.sweep import is_glob, launcher_overrides, plan, summarize, sweep_job
+        from posexp.sweep import (
+            is_glob,
+            launcher_overrides,
+            plan,
+            stop_overrides,
+            stopping,
+            summarize,
+            sweep_job,
+        )
 
-        jobs, extra = plan(a.overrides, a.config_dir, a.config_name,
-                           devices="--cfg" not in a.flags)
+        with showing("--cfg" in a.flags):
+            jobs, extra = plan(a.overrides, a.config_dir, a.config_name,
+                               devices="--cfg" not in a.flags)
         if "--cfg" in a.flags:
             for i, job in enumerate(jobs, 1):
                 typer.echo(f"# job {i}/{len(jobs)}: {' '.join(job.overrides)}")
@@ -171,12 +194,23 @@ def sweep(ctx: typer.Context) -> None:
     # globs go to Hydra spelled out (in extra): exactly the options planned; every override
     # before the flags (argparse takes no overrides after an option's value)
     overrides = launcher_overrides([o for o in a.overrides if not is_glob(o)])
-    argv = replace(a, overrides=[*overrides, *extra]).hydra_argv(drop=("--multirun",))
-    hydra_main(sweep_job, ["--multirun", *argv])
+    with stopping():  # a signal stops every job, checkpointed, wherever it runs
+        argv = replace(a, overrides=[*overrides, *extra, *stop_overrides()]
+                       ).hydra_argv(drop=("--multirun",))
+        hydra_main(sweep_job, ["--multirun", *argv])
     try:
         summarize([job.cfg for job in jobs])
     except BaseException as e:
         fail(e)
+
+
+def sweep_info(a: Args) -> None:
+    """posexp sweep --info / --hydra-help: Hydra shows how it composes the sweep's common
+    config, once posexp's guards have passed it; nothing runs."""
+    check_overrides(a.overrides, "sweep")
+    compose_overrides([o for o in a.overrides if not parse_override(o).is_sweep_override()],
+                      a.config_dir, a.config_name, command="sweep", resolve=False)
+    hydra_main(lambda cfg: None, a.hydra_argv(drop=("--multirun",)))
 
 
 @app.command(cls=Command)
@@ -200,10 +234,12 @@ def resume(
         if not (run_dir / "config.yaml").is_file():
             raise UsageError(f"{run_dir} is not a posexp run (no config.yaml)")
         cfg = apply_overrides(Run(run_dir).config(), [], allowed=(), run_dir=run_dir)
-        if Path(cfg.results_dir) / cfg.experiment / cfg.run_name != run_dir:
-            # the run was moved: continue it where it is now
-            cfg.results_dir, cfg.experiment = str(run_dir.parent.parent), run_dir.parent.name
-            cfg.run_name = run_dir.name
+        home = Path(os.path.abspath(run_dir))  # `posexp resume .` names the run by its path
+        if Path(os.path.abspath(Path(cfg.results_dir, cfg.experiment, cfg.run_name))) != home:
+            # the run was moved (or is named from inside): continue it where it is now
+            cfg.results_dir = str(home.parent.parent) if run_dir.is_absolute() else \
+                os.path.relpath(home.parent.parent)
+            cfg.experiment, cfg.run_name = home.parent.name, home.name
         cfg.train.resume = True
         run_config(cfg)
     except BaseException as e:
@@ -239,7 +275,8 @@ def finetune(
         from posexp.run import finetune_config
 
         overrides, show = saved_run_args(ctx.args, "finetune", "PARENT_RUN, overrides")
-        cfg = finetune_config(parent_dir, overrides)
+        with showing(show):
+            cfg = finetune_config(run_dir_arg(parent_dir), overrides)
         if show:
             print_config(cfg, None)
             return

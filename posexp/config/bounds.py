@@ -12,3 +12,6 @@ MAX_PARAMS = 10**10  # the model, counted from its shape
 MAX_TASK_LENGTH = 2**20  # each of eval.task_lengths (a task's own length, not tokens)
 MAX_TASK_COUNT = 2**16  # task.eval_count, held-out instances per length
 MAX_TASK_TOKENS = 2**28  # the held-out instances of one length, all in memory (int64)
+# Jobs of one sweep: each is composed and checked before the first starts (about 0.2 s a job,
+# so 1,000 take minutes); past it the sweep is split, or POSEXP_SWEEP_MAX_JOBS raises it.
+MAX_SWEEP_JOBS = 1000

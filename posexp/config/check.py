@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 import re
+import typing
+from collections.abc import Iterable
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from posexp.config.bounds import (
     MAX_BATCH_TOKENS,
@@ -19,10 +21,11 @@ from posexp.config.bounds import (
     MAX_SEED,
     MAX_TOKENS,
 )
-from posexp.config.check_eval import check_eval, check_task
-from posexp.config.check_model import check_encoding, check_model
+from posexp.config.check_eval import check_eval, check_task, unread_eval_key
+from posexp.config.check_model import check_encoding, check_model, unread_encoding_key
+from posexp.config.check_scaling import unread_scaling_key
 from posexp.config.keys import check_keys, check_set
-from posexp.config.schema import LOGGERS, Attention
+from posexp.config.schema import LOGGER_READS, LOGGERS, Attention, WandbMode, default
 from posexp.data.checks import check_data
 from posexp.errors import UsageError
 from posexp.values import in_range, positive, power
@@ -54,6 +57,7 @@ def check(cfg: DictConfig) -> None:
         raise UsageError(f"logger.name must be one of {', '.join(LOGGERS)}, got "
                          f"{cfg.logger.name!r} (logger=wandb chooses W&B)")
     in_range("logger.init_timeout", cfg.logger.init_timeout, 0.0, 3600.0, low_open=True)
+    check_wandb_environment(cfg)
     check_data(cfg.data)
     check_encoding(cfg)
     check_model(cfg)
@@ -61,6 +65,112 @@ def check(cfg: DictConfig) -> None:
     check_train(cfg.train)
     check_task(cfg)
     check_eval(cfg)
+
+
+def check_given(cfg: DictConfig, keys: Iterable[str]) -> None:
+    """The keys a command line sets (``posexp train``'s overrides, a sweep job's, those of
+    ``posexp eval`` and ``finetune``), held against what this run reads once composed: a
+    value given to a key that the chosen encoding, evaluation mode, task, RoPE scaling or
+    logger would not read is refused, naming the key and why -- it would change nothing,
+    or (encoding.base is identity) make another run of the same model.  Only given keys
+    are held so: a default, a derived value or one a saved run carries is never refused.
+    Also refused: the batch given both in tokens and in sequences, and a warm-up given
+    longer than the run."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    given = {k.lstrip("+~") for k in keys}
+    for key in sorted(given):
+        try:
+            value = OmegaConf.select(cfg, key, default=None)
+        except OmegaConfBaseException:
+            continue  # an interpolation not resolved yet: the job that resolves it checks
+        if isinstance(value, (DictConfig, ListConfig)):
+            value = OmegaConf.to_container(value, resolve=True)
+        if value is None or value == default(key):
+            continue  # a default changes nothing that was not already so
+        reason = (unread_logger_key(cfg, key) or unread_encoding_key(cfg, key)
+                  or unread_scaling_key(cfg, key) or unread_eval_key(cfg, key))
+        if reason:
+            raise UsageError(reason)
+    t = cfg.train
+    if {"train.batch_tokens", "train.batch_size"} <= given and t.batch_tokens is not None \
+            and t.batch_size is not None:
+        raise UsageError(f"train.batch_tokens={t.batch_tokens} and train.batch_size="
+                         f"{t.batch_size} both size the batch; give one of them")
+    if "train.warmup_tokens" in given:
+        check_warmup(t)
+
+
+def unread_logger_key(cfg: DictConfig, key: str) -> str | None:
+    """Why a logger key given a value is not read by the chosen logger (LOGGER_READS)."""
+    part = key.removeprefix("logger.")
+    name = cfg.logger.name
+    if not key.startswith("logger.") or part == "name" or name not in LOGGER_READS \
+            or part in LOGGER_READS[name]:
+        return None
+    readers = [n for n, reads in LOGGER_READS.items() if part in reads]
+    return (f"{key} is set, but logger={name} does not read it (only "
+            f"{' and '.join(f'logger={n}' for n in readers)} does): add logger={readers[0]}, "
+            f"or leave {key} out")
+
+
+def check_warmup(t: DictConfig) -> None:
+    """A warm-up given that takes every step of the run would leave the learning rate
+    rising to the end, never decaying."""
+    if not (isinstance(t.warmup_tokens, int) and isinstance(t.tokens, int)) or \
+            t.warmup_tokens <= 0:
+        return
+    per_step = t.seq_len * (t.batch_size if t.batch_size is not None else
+                            (t.batch_tokens or t.seq_len) // t.seq_len)
+    steps = t.tokens // per_step if per_step > 0 else 0
+    if steps and t.warmup_tokens // per_step >= steps:
+        raise UsageError(f"train.warmup_tokens ({t.warmup_tokens:,}) covers the whole run "
+                         f"(train.tokens={t.tokens:,}: {steps:,} steps of {per_step:,} tokens): "
+                         "the learning rate would rise to the last step and never decay; give "
+                         f"a shorter warm-up, e.g. train.warmup_tokens={t.tokens // 10}")
+
+
+def check_wandb_environment(cfg: DictConfig) -> None:
+    """With logger=wandb, the environment variables that stand in for logger keys are held
+    to what the keys are: W&B would turn a bad WANDB_MODE into a warning after training has
+    started, and a WANDB_DIR it cannot write into a silent move of its files to the
+    temporary directory."""
+    if cfg.logger.name != "wandb":
+        return
+    mode = os.environ.get("WANDB_MODE")
+    if cfg.logger.mode is None and mode is not None and mode not in wandb_modes():
+        raise UsageError(f"WANDB_MODE={mode!r} is not a W&B mode ({', '.join(wandb_modes())}); "
+                         "set it to one, unset it, or choose with logger.mode=offline")
+    folder = os.environ.get("WANDB_DIR")
+    if not folder:
+        return
+    path = os.path.abspath(os.path.expanduser(folder))
+    existing = path
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise UsageError(f"WANDB_DIR={folder} {'is' if existing == path else 'lies under'} a "
+                         f"file{'' if existing == path else f' ({existing})'}, not a directory: "
+                         "W&B would write its files to the temporary directory instead; point "
+                         "it at a directory, or unset it (W&B's files then go beside the run)")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"WANDB_DIR={folder}: cannot write in {existing}; point it at a "
+                         "directory you can write, or unset it")
+
+
+def wandb_modes() -> tuple[str, ...]:
+    """The modes W&B accepts (its settings' own list where it can be read; W&B is imported
+    only when WANDB_MODE is not one of posexp's logger.mode values)."""
+    ours = tuple(m.value for m in WandbMode)
+    if os.environ.get("WANDB_MODE") in ours:
+        return ours
+    try:
+        from wandb.sdk.wandb_settings import Settings
+
+        accepted = typing.get_args(Settings.model_fields["mode"].annotation)
+        return tuple(accepted) or ours
+    except Exception:  # another W&B version, or none: posexp's modes
+        return ours
 
 
 def check_name(key: str, value: str | None) -> None:
@@ -102,13 +212,12 @@ def check_train(t: DictConfig) -> None:
 
 
 def _check_batch(t: DictConfig) -> int:
-    """The batch is set once, in tokens or in sequences; its sequences a step."""
-    if (t.batch_tokens is None) == (t.batch_size is None):
-        raise UsageError("set the batch either in tokens (train.batch_tokens) or in sequences "
-                         "(train.batch_size), not both: add train.batch_tokens=null to "
-                         "size it in sequences" if t.batch_size is not None else
-                         "set the batch size: train.batch_tokens=N or train.batch_size=N")
-    if t.batch_tokens is not None:
+    """The batch in sequences (train.batch_size) when that is set -- a value given wins over
+    the default in tokens, and check_given refuses the two given at once -- else in tokens;
+    its sequences a step."""
+    if t.batch_tokens is None and t.batch_size is None:
+        raise UsageError("set the batch size: train.batch_tokens=N or train.batch_size=N")
+    if t.batch_size is None:
         positive("train.batch_tokens", t.batch_tokens, MAX_BATCH_TOKENS)
         if t.batch_tokens % t.seq_len:
             raise UsageError(f"train.batch_tokens ({t.batch_tokens}) must be a multiple of "

@@ -16,7 +16,7 @@ from posexp.config.bounds import (
     MAX_TASK_TOKENS,
 )
 from posexp.config.check_scaling import check_eval_scaling
-from posexp.config.derive import eval_lengths, is_task_run
+from posexp.config.derive import eval_lengths, is_task_run, task_lengths
 from posexp.config.schema import EvalMode
 from posexp.data.tasks import TASKS, max_length_within
 from posexp.errors import UsageError
@@ -81,6 +81,25 @@ def check_task_eval_key(cfg: DictConfig, key: str) -> None:
                          "on a task (data=task): its lengths are eval.task_lengths")
 
 
+def unread_eval_key(cfg: DictConfig, key: str) -> str | None:
+    """Why ``key``, given a value, is not read by this run's evaluation: eval.stride outside
+    sliding mode, task.depths of a task without depths (the task says: Task.takes_depth);
+    None when it is read, or is not such a key."""
+    if key == "eval.stride" and not is_task_run(cfg) \
+            and EvalMode(cfg.eval.mode) != EvalMode.sliding:
+        return (f"eval.stride is set, but eval.mode={EvalMode(cfg.eval.mode).value} does not "
+                "read it (each window there scores all its tokens; the stride is sliding "
+                "mode's): add eval.mode=sliding, or leave eval.stride out")
+    node = cfg.get("task")
+    if key == "task.depths" and node is not None and node.name in TASKS \
+            and not TASKS[node.name].takes_depth:
+        takes = [name for name, task in TASKS.items() if task.takes_depth]
+        return (f"task.depths is set, but task={node.name} has no depth (only "
+                f"{' and '.join(f'task={t}' for t in takes)} places its key at depths); "
+                "leave task.depths out")
+    return None
+
+
 def check_task_eval(cfg: DictConfig) -> None:
     """eval.task_lengths and the task's evaluation settings (count, seed, passkey depths)."""
     lengths = cfg.eval.get("task_lengths")
@@ -100,11 +119,13 @@ def check_task_eval(cfg: DictConfig) -> None:
         raise UsageError(f"task.* is set, but this run trains on data={cfg.data.name}, not "
                          "on a task (data=task)")
     positive("task.eval_count", node.eval_count, MAX_TASK_COUNT)
+    if lengths is None and node.name in TASKS:
+        lengths = _derived_task_lengths(cfg)
     if lengths and node.name in TASKS:
         tokens = node.eval_count * TASKS[node.name].tokens_for(max(lengths))
         if tokens > MAX_TASK_TOKENS:
             raise UsageError(f"task.eval_count x the tokens of an instance at the longest of "
-                             f"eval.task_lengths ({tokens:,}) must be at most "
+                             f"eval.task_lengths{_by_default(cfg)} ({tokens:,}) must be at most "
                              f"{MAX_TASK_TOKENS:,} ({power(MAX_TASK_TOKENS)}): the instances "
                              "of a length are held in memory")
     if isinstance(node.eval_seed, bool) or not isinstance(node.eval_seed, int) or not (
@@ -117,3 +138,23 @@ def check_task_eval(cfg: DictConfig) -> None:
     for depth in depths:
         in_range("each of task.depths", depth, 0.0, 1.0)
     listed_once("task.depths", depths, "depth", shown=lambda d: f"{d:g}")
+
+
+def _by_default(cfg: DictConfig) -> str:
+    """' (by default, 1-8 x n_max = ...)' where eval.task_lengths is derived, not given."""
+    if cfg.eval.get("task_lengths") is not None:
+        return ""
+    return f" (by default {', '.join(f'{n:,}' for n in task_lengths(cfg))}: 1-8 x n_max)"
+
+
+def _derived_task_lengths(cfg: DictConfig) -> list[int]:
+    """The task lengths a run would be scored at by default (1-8 x n_max), held to the bound
+    a length given in eval.task_lengths is held to: a long train.seq_len makes them long."""
+    lengths = task_lengths(cfg)
+    if max(lengths) > MAX_TASK_LENGTH:
+        raise UsageError(f"eval.task_lengths by default are 1-8 x n_max, the longest length "
+                         f"that fits in train.seq_len ({cfg.train.seq_len:,}): "
+                         f"{', '.join(f'{n:,}' for n in lengths)}, past the longest task "
+                         f"length posexp scores, {MAX_TASK_LENGTH:,} ({power(MAX_TASK_LENGTH)}); "
+                         "set eval.task_lengths=[...], or lower train.seq_len")
+    return lengths

@@ -22,7 +22,8 @@ def check_encoding(cfg: DictConfig) -> None:
     from posexp.encodings import ENCODINGS, encoding_config  # the registry imports torch
 
     e = cfg.encoding
-    import_custom_encoding(cfg)
+    if not import_custom_encoding(cfg):
+        return  # an encoding of the user's own, not imported to show a config (config/custom.py)
     if e.name not in ENCODINGS:
         raise UsageError(f"encoding.name {e.name!r} is not an encoding posexp has; known: "
                          f"{', '.join(sorted(ENCODINGS))} (to add one, a config file under "
@@ -57,6 +58,59 @@ def check_encoding(cfg: DictConfig) -> None:
     check_train_scaling(cfg, fine_tune)
 
 
+def encoding_reads(name: str) -> tuple[str, ...]:
+    """The top-level keys of the encoding group (encoding.base, encoding.max_positions) that
+    encoding ``name`` reads: those its config dataclass declares as fields (the registry's
+    TOP_LEVEL), so that a new encoding says what it reads in one place."""
+    from posexp.encodings import ENCODINGS
+    from posexp.encodings.registry import TOP_LEVEL
+
+    fields = {f.name for f in dataclasses.fields(ENCODINGS[name].config)}
+    return tuple(key for key in TOP_LEVEL if key in fields)
+
+
+def unread_encoding_key(cfg: DictConfig, key: str) -> str | None:
+    """Why ``key`` (encoding.base, encoding.max_positions), given a value, is not read by this
+    run's encoding; None when it is read, or is not such a key."""
+    if not key.startswith("encoding."):
+        return None  # before the imports below: they build every encoding, torch with them
+    from posexp.encodings import ENCODINGS
+    from posexp.encodings.registry import TOP_LEVEL
+
+    part = key.removeprefix("encoding.")
+    if part not in TOP_LEVEL:
+        return None
+
+    name = cfg.encoding.name
+    if name not in ENCODINGS:
+        return None
+    if part in encoding_reads(name):
+        return None
+    readers = [n for n in sorted(ENCODINGS) if part in encoding_reads(n)]
+    who = " and ".join([", ".join(readers[:-1]), readers[-1]] if len(readers) > 1 else readers)
+    return (f"{key} is set, but encoding={name} does not read it (only {who} "
+            f"{'does' if len(readers) == 1 else 'do'}); leave {key} out, or choose an "
+            "encoding that reads it")
+
+
+def check_positions(cfg: DictConfig, encoding: object) -> None:
+    """An encoding whose positions stop somewhere (xPos's scale leaves float32 past its
+    max_positions) reaches every position training reads: train.seq_len, or M of
+    train.random_positions.  ``encoding`` is the module built for this model."""
+    limit = getattr(encoding, "max_positions", None)
+    needed = positions_trained(cfg)
+    if cfg.encoding.name == "learned" or limit is None or limit >= needed:
+        return  # learned's table is encoding.max_positions, checked in check_encoding
+    hparams = encoding_hparams(cfg)
+    settings = ", ".join(f"encoding.hparams.{k}={v}" for k, v in hparams.items()) or \
+        "its defaults"
+    what = (f"train.random_positions ({needed})" if cfg.train.get("random_positions")
+            else f"train.seq_len ({needed})")
+    raise UsageError(f"encoding={cfg.encoding.name} with {settings} reaches only {limit:,} "
+                     f"positions, fewer than {what}: training would fail at its first step; "
+                     "change those settings or lower the length")
+
+
 def encoding_params(cfg: DictConfig) -> int:
     """The parameters of the encoding built for this model's shape.  It is built on the meta
     device, which allocates nothing, so every check its constructor makes (rope and xpos need
@@ -66,6 +120,8 @@ def encoding_params(cfg: DictConfig) -> int:
     from posexp.encodings import ModelShape, build_encoding
 
     e, m = cfg.encoding, cfg.model
+    if not import_custom_encoding(cfg):
+        return 0  # an encoding of the user's own, not imported to show a config
     try:
         with torch.device("meta"):
             encoding = build_encoding(e.name, ModelShape(m.d_model, m.n_head, m.n_layer),
@@ -73,6 +129,7 @@ def encoding_params(cfg: DictConfig) -> int:
                                       e.max_positions or cfg.train.seq_len)
     except ValueError as error:
         raise UsageError(str(error)) from None
+    check_positions(cfg, encoding)
     return sum(p.numel() for p in encoding.parameters())
 
 

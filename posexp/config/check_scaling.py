@@ -42,6 +42,27 @@ def _needs_rope(key: str, what: str, encoding: str) -> None:
                          f"this run is encoding={encoding}")
 
 
+def unread_scaling_key(cfg: DictConfig, key: str) -> str | None:
+    """Why a method parameter given a value (eval.rope_scaling.beta_fast, encoding.scaling.
+    low_freq_factor, ...) is read by none of the node's methods -- none chosen, or only
+    methods without it (the table says which reads what); None when one reads it."""
+    node_key, _, name = key.rpartition(".")
+    if node_key not in ("eval.rope_scaling", "encoding.scaling") or \
+            name not in {p.name for p in scaling.all_params()}:
+        return None
+    node = OmegaConf.select(cfg, node_key, default=None)
+    chosen = [str(m) for m in as_list(node.method)] if node is not None \
+        and node.method is not None else []
+    if any(name in {p.name for p in scaling.METHODS[m].params} for m in chosen
+           if m in scaling.METHODS):
+        return None
+    readers = [m.name for m in scaling.METHODS.values() if name in {p.name for p in m.params}]
+    which = f"{node_key}={','.join(chosen)} does not read it" if chosen else \
+        f"{node_key} has no method"
+    return (f"{key} is set, but {which}: it is a parameter of {' and '.join(readers)}; add "
+            f"{node_key}={readers[0]}, or leave {key} out")
+
+
 def check_train_scaling(cfg: DictConfig, fine_tune: bool) -> None:
     """encoding.scaling: off, or one method at one factor for a fine-tune of a RoPE run."""
     node = OmegaConf.select(cfg, "encoding.scaling", default=None)

@@ -14,16 +14,17 @@ from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
-from posexp.config.check import check
+from posexp.config.check import check, check_given
 from posexp.config.check_eval import check_task_eval_key
 from posexp.config.errors import composition_error
 from posexp.config.guards import (
-    CODE,
     check_bool,
+    check_config_name,
     check_hydra,
+    check_module,
     check_overrides,
-    keys_in,
     parse_override,
+    refuse_code,
     scaling_sugar,
     scan_config_dir,
 )
@@ -64,14 +65,15 @@ def compose_overrides(overrides: list[str], config_dir: str | None = None,
     """The config Hydra would compose for ``overrides`` (with a --config-dir and a
     --config-name), every interpolation resolved (unless not ``resolve``: a sweep's common
     part, whose interpolations may name swept keys); a UsageError for anything that cannot
-    compose, would run code, or adds a key posexp does not have.  Values are checked by
-    config.check."""
+    compose, would run code, reads a config from outside posexp's and the --config-dir's,
+    names an encoding.module no --config-dir file names, or adds a key posexp does not
+    have.  Values are checked by config.check."""
     from hydra import compose as hydra_compose
 
     overrides = [scaling_sugar(o) for o in overrides]
     check_overrides(overrides, command)
-    if config_dir:
-        scan_config_dir(Path(config_dir))
+    check_config_name(config_name)
+    declared = scan_config_dir(Path(config_dir)) if config_dir else set()
     try:
         with hydra_context(config_dir):
             cfg = hydra_compose(config_name or "config", overrides=overrides,
@@ -87,8 +89,12 @@ def compose_overrides(overrides: list[str], config_dir: str | None = None,
         raise UsageError(composition_error(e)) from None
     check_hydra(cfg)
     hydra_node = _settle(cfg, resolve)
+    if resolve:
+        check_module(cfg, declared, config_dir)
     for o in overrides:
         check_task_eval_key(cfg, o.partition("=")[0].lstrip("+~"))
+    if resolve:
+        check_given(cfg, [o.partition("=")[0] for o in overrides])
     if with_hydra:
         with open_dict(cfg):
             cfg.hydra = hydra_node
@@ -198,12 +204,12 @@ def apply_overrides(saved: DictConfig, args: list[str], allowed: tuple[str, ...]
                 raise UsageError(f"{key}: this run has no task; it trains on "
                                  f"data={cfg.data.name}, not on a task (data=task)")
             check_task_eval_key(cfg, key)
+            refuse_code(arg, o)
             value = o.value()
-            if "_target_" in keys_in(value):
-                raise UsageError(f"{arg!r} is refused: {CODE}")
             check_bool(key, value)
             OmegaConf.update(cfg, key, value, merge=False)
         resolve_all(cfg)
+        check_given(cfg, [parse_override(a).key_or_group for a in map(scaling_sugar, args)])
     return cfg
 
 

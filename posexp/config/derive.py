@@ -104,8 +104,8 @@ def resolve(cfg: DictConfig) -> DictConfig:
     """The config with every derived value filled in -- the one place they are decided:
     eval.lengths (1-16 x seq_len), eval.task_lengths of a task run (1-8 x n_max),
     model.d_ff (4 x d_model), encoding.max_positions
-    (seq_len) and train.batch_size (batch_tokens / seq_len).  Idempotent; ``cfg`` is
-    checked."""
+    (seq_len) and train.batch_size (batch_tokens / seq_len, unless given).  Idempotent;
+    ``cfg`` is checked."""
     out = cfg.copy()
     OmegaConf.set_readonly(out, False)  # a spec's config is read-only; its copy need not be
     with open_dict(out):
@@ -115,7 +115,9 @@ def resolve(cfg: DictConfig) -> DictConfig:
         out.model.d_ff = cfg.model.d_ff or 4 * cfg.model.d_model
         out.encoding.max_positions = cfg.encoding.max_positions or positions_trained(cfg)
         if cfg.train.get("batch_tokens") is not None:  # absent in configs of older runs
-            out.train.batch_size = cfg.train.batch_tokens // cfg.train.seq_len
+            # the batch in sequences, when given, wins over the default in tokens
+            if cfg.train.batch_size is None:
+                out.train.batch_size = cfg.train.batch_tokens // cfg.train.seq_len
             out.train.batch_tokens = None
     return out
 

@@ -1,11 +1,14 @@
 """Guards of composition: overrides and config files that would run code, import modules,
-redirect what runs or add keys posexp would ignore are refused -- before Hydra composes
-anything (``check_overrides``, ``scan_config_dir``) and once it has (``check_hydra``).
-Config values are data, never code."""
+redirect what runs, load configs from outside posexp's and --config-dir's, or add keys
+posexp would ignore are refused -- before Hydra composes anything (``check_overrides``,
+``check_config_name``, ``scan_config_dir``) and once it has (``check_hydra``,
+``check_module``).  A key refused as a dotted key is refused inside a value too.  Config
+values are data, never code."""
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -31,15 +34,6 @@ LAUNCHERS = {
 }
 SWEEPERS = {"hydra._internal.core_plugins.basic_sweeper.BasicSweeper"}
 USER_GROUPS = (*GROUPS, "sweep")
-
-
-def keys_in(value: object) -> list[str]:
-    """Every key of a (nested) dict or list value."""
-    if isinstance(value, dict):
-        return [str(k) for k in value] + [k for v in value.values() for k in keys_in(v)]
-    if isinstance(value, list):
-        return [k for v in value for k in keys_in(v)]
-    return []
 
 
 # RoPE scaling: `eval.rope_scaling=yarn` is `eval.rope_scaling.method=yarn`, and comma lists of
@@ -80,6 +74,63 @@ def parse_override(arg: str):
         raise UsageError(f"cannot read the override {arg!r} ({reason})") from None
 
 
+def set_keys(key: str, value: object) -> list[str]:
+    """Every key an override sets: its own, and for a dict value (or a list of dicts) the key
+    of each entry below it, dotted -- ``encoding={name:x,module:y}`` sets encoding.module."""
+    out = [key]
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out += set_keys(f"{key.replace('/', '.')}.{k}" if key else str(k), v)
+    elif isinstance(value, list):
+        for v in value:
+            out += [k for k in set_keys(key, v) if k != key]
+    return out
+
+
+def override_values(o) -> list[object]:
+    """The values an override gives: its one value, or each value of a sweep (a glob or an
+    interval chooses among options or numbers: no value of its own; a range's values are
+    numbers, and range(0,10**12) is not listed); none for a delete."""
+    from hydra.core.override_parser.types import ValueType
+
+    if o.is_delete() or o.value_type in (ValueType.GLOB_CHOICE_SWEEP,
+                                         ValueType.INTERVAL_SWEEP, ValueType.RANGE_SWEEP):
+        return []
+    return list(o.sweep_iterator()) if o.is_sweep_override() else [o.value()]
+
+
+def refuse_code(arg: str, o) -> None:
+    """Refuse an override that sets, by its key or by a key inside its value, anything that
+    would run code, import a module or redirect what runs: ``_target_``, Hydra's callbacks,
+    logging and search path, unsafe environment variables, encoding.module, parent.*.  One
+    rule for a dotted key and for the same key inside a dict or list value."""
+    package = (o.package or "").removeprefix("_global_").lstrip(".")
+    bases = [o.key_or_group] + ([package] if package else [])
+    values = override_values(o) or [None]
+    keys = dict.fromkeys(k for base in bases for v in values for k in set_keys(base, v))
+    for key in keys:
+        parts = key.replace("/", ".").split(".")
+        nested = key not in bases  # a key inside the value: config keys, never group choices
+        name = key.replace("/", ".") if nested else key
+        if "_target_" in parts:
+            raise UsageError(f"{arg!r} is refused: {CODE}")
+        if any(name == k or name.startswith((k + ".", k + "/")) for k in REFUSED_HYDRA):
+            what = ("add config files with --config-dir DIR" if "searchpath" in name else
+                    "posexp sweep runs several configs" if name == "hydra.mode" else CODE)
+            raise UsageError(f"{name} cannot be set: {what}")
+        if name.startswith("hydra.job.env_set.") and len(parts) > 3 \
+                and parts[3].upper().startswith(UNSAFE_ENV):
+            raise UsageError(f"hydra.job.env_set.{parts[3]} is refused: it would make the "
+                             "processes posexp starts load other code")
+        if parts[:2] == ["encoding", "module"]:
+            raise UsageError(f"{name} names Python code to import: set it in a config file "
+                             "under --config-dir (docs/encodings.md: an encoding of your "
+                             f"own), not on the command line{f' (inside {arg})' * nested}")
+        if parts[0] == "parent":
+            raise UsageError(f"{name} is set by posexp finetune, from the run it continues: "
+                             "posexp finetune PARENT_RUN [OVERRIDES]")
+
+
 def check_overrides(overrides: list[str], command: str = "train") -> None:
     """Refuse overrides that would run code, add keys posexp would ignore, or sweep in a
     command that runs one config -- before Hydra composes anything."""
@@ -88,49 +139,22 @@ def check_overrides(overrides: list[str], command: str = "train") -> None:
     for arg in overrides:
         o = parse_override(arg)
         key = o.key_or_group
-        parts = key.replace("/", ".").split(".")
-        value = None if o.is_delete() or o.is_sweep_override() else o.value()
-        if "_target_" in parts or "_target_" in keys_in(value):
-            raise UsageError(f"{arg!r} is refused: {CODE}")
-        if any(key == k or key.startswith((k + ".", k + "/")) for k in REFUSED_HYDRA):
-            what = ("add config files with --config-dir DIR" if "searchpath" in key else
-                    "posexp sweep runs several configs" if key == "hydra.mode" else CODE)
-            raise UsageError(f"{key} cannot be set: {what}")
-        if key.startswith("hydra.job.env_set"):
-            names = [parts[-1]] if len(parts) > 3 else keys_in(value)
-            for name in names:
-                if name.upper().startswith(UNSAFE_ENV):
-                    raise UsageError(f"hydra.job.env_set.{name} is refused: it would make the "
-                                     "processes posexp starts load other code")
         if not key:
             raise UsageError(f"{arg!r} has no key before '='")
-        if parts[:2] == ["encoding", "module"]:
-            raise UsageError(f"{key} names Python code to import: set it in a config file "
-                             "under --config-dir (docs/architecture.md: adding an encoding), "
-                             "not on the command line")
-        if parts[0] == "parent":
-            raise UsageError(f"{key} is set by posexp finetune, from the run it continues: "
-                             "posexp finetune PARENT_RUN [OVERRIDES]")
+        refuse_code(arg, o)
         if o.is_sweep_override() and command != "sweep":
             raw = arg.partition("=")[2]
             raise UsageError(f"{arg} asks for several runs, and posexp {command} runs one: "
                              f"posexp sweep {arg} runs each (to pass it as one value, "
                              f"quote it: {key}='{raw}')")
-        if key.startswith("hydra") or "@" in key or "/" in key:
+        if key in USER_GROUPS or "/" in key:
+            _check_option_names(arg, o)
+        if key.startswith("hydra") or "/" in key:
             continue  # Hydra's own config; checked once composed (check_hydra)
         if key in USER_GROUPS:
             if o.value_type == ValueType.GLOB_CHOICE_SWEEP:
                 continue  # chooses among the group's options, schema left out (sweep.grid)
-            choices = (list(o.sweep_string_iterator()) if o.is_sweep_override()
-                       else [] if o.is_delete() else [o.get_value_element_as_str()])
-            if o.is_delete():
-                raise UsageError(f"{arg}: posexp's config groups cannot be removed; choose "
-                                 f"an option ({key}=OPTION, posexp {command} --help)")
-            for choice in choices:
-                if choice.endswith("_schema"):
-                    raise UsageError(f"there is no {key} {choice!r}; {key}_schema is the "
-                                     f"schema of the {key} options, not one of them "
-                                     f"(posexp {command} --help lists them)")
+            _check_choice(arg, o, command)
             continue
         problem = unknown_key(key)
         if problem:
@@ -138,7 +162,33 @@ def check_overrides(overrides: list[str], command: str = "train") -> None:
                                         if o.is_add() else ""))
         if o.is_delete():
             raise UsageError(f"{arg}: posexp's keys cannot be deleted; give {key} a value")
-        check_bool(key, value)
+        check_bool(key, None if o.is_sweep_override() else o.value())
+
+
+def _check_option_names(arg: str, o) -> None:
+    """A config group's option is a config file of posexp's or of --config-dir by its name:
+    '..' would make Hydra load a file from anywhere."""
+    for value in override_values(o):
+        if isinstance(value, str) and (value.startswith("/") or ".." in value.split("/")):
+            raise UsageError(f"{arg!r}: {value[:80]!r} is not an option of "
+                             f"{o.key_or_group}: an option is the name of a config file of "
+                             "posexp's or of --config-dir, never a path out of them")
+
+
+def _check_choice(arg: str, o, command: str) -> None:
+    """An override of a config group chooses one of its options (not its schema) and cannot
+    remove the group."""
+    key = o.key_or_group
+    if o.is_delete():
+        raise UsageError(f"{arg}: posexp's config groups cannot be removed; choose "
+                         f"an option ({key}=OPTION, posexp {command} --help)")
+    choices = (list(o.sweep_string_iterator()) if o.is_sweep_override()
+               else [o.get_value_element_as_str()])
+    for choice in choices:
+        if choice.endswith("_schema"):
+            raise UsageError(f"there is no {key} {choice!r}; {key}_schema is the "
+                             f"schema of the {key} options, not one of them "
+                             f"(posexp {command} --help lists them)")
 
 
 def check_bool(key: str, value: object) -> None:
@@ -153,29 +203,105 @@ def check_bool(key: str, value: object) -> None:
         raise UsageError(f"{key} must be true or false, got {value}")
 
 
-def scan_config_dir(directory: Path) -> None:
+MAX_CONFIG_FILES = 10_000  # YAML files a --config-dir may hold: each one is read and checked
+MAX_CONFIG_ENTRIES = 100_000  # files and directories walked to find them (--config-dir /)
+# --config-name: a config of posexp's or of --config-dir by its name, never a path out of them
+CONFIG_NAME = re.compile(r"[A-Za-z0-9_][\w.-]*(/[A-Za-z0-9_][\w.-]*)*")
+
+
+def check_config_name(name: str | None) -> None:
+    """--config-name names a primary config inside posexp's configs or --config-dir: a
+    relative name without '..' (Hydra would load a file anywhere, and its search path
+    imports packages before posexp checks anything)."""
+    if name is not None and (not CONFIG_NAME.fullmatch(name) or len(name) > 200):
+        raise UsageError(f"--config-name {name[:80]!r} is not the name of a config: name one "
+                         "of posexp's configs or a file of --config-dir, without a directory "
+                         "(--config-dir DIR --config-name mine reads DIR/mine.yaml)")
+
+
+def scan_config_dir(directory: Path) -> set[str]:
     """Refuse a --config-dir whose YAML files name code to run (_target_, hydra callbacks,
-    logging handlers and factories, search paths that import packages)."""
+    logging handlers and factories, search paths that import packages), reading every file
+    Hydra could (directories behind symbolic links too); the modules its files name in
+    ``module:`` keys, the only ones an encoding may import (``check_module``)."""
     import yaml
 
     if not directory.is_dir():
         raise UsageError(f"--config-dir {str(directory)!r} is not a directory")
-    seen = 0
-    for root, _, names in os.walk(directory):
-        for name in sorted(names):
-            if not name.endswith((".yaml", ".yml")):
-                continue
-            path = Path(root) / name
-            seen += 1
-            if seen > 10_000 or not path.is_file():
-                continue
-            try:
-                tree = yaml.safe_load(path.read_text())
-            except (OSError, ValueError, yaml.YAMLError):
-                continue  # Hydra reports it if the file is used
-            problem = _code_in(tree)
-            if problem:
-                raise UsageError(f"--config-dir: {path} sets {problem}; {CODE}")
+    modules: set[str] = set()
+    for path in _yaml_files(directory):
+        try:
+            tree = yaml.safe_load(path.read_text())
+        except (OSError, ValueError, yaml.YAMLError):
+            continue  # Hydra reports it if the file is used
+        problem = _code_in(tree)
+        if problem:
+            raise UsageError(f"--config-dir: {path} sets {problem}; {CODE}")
+        outside = _outside(tree)
+        if outside:
+            raise UsageError(f"--config-dir: {path} lists {outside[:80]!r} in its defaults; "
+                             "a default names a config of posexp's or of --config-dir, never "
+                             "a path out of them ('..')")
+        modules |= set(_modules_in(tree))
+    return modules
+
+
+def _yaml_files(directory: Path) -> list[Path]:
+    """The YAML files under ``directory``, following symbolic links to directories as Hydra
+    does (each real directory once); a UsageError past MAX_CONFIG_FILES rather than files
+    left unread."""
+    found, seen, walked = [], set(), 0
+    for root, dirs, names in os.walk(directory, followlinks=True):
+        real = os.path.realpath(root)
+        if real in seen:
+            dirs[:] = []
+            continue
+        seen.add(real)
+        walked += 1 + len(names)
+        found += [Path(root) / n for n in sorted(names)
+                  if n.endswith((".yaml", ".yml")) and (Path(root) / n).is_file()]
+        if len(found) > MAX_CONFIG_FILES or walked > MAX_CONFIG_ENTRIES:
+            raise UsageError(f"--config-dir {str(directory)!r} holds more than "
+                             f"{MAX_CONFIG_FILES:,} YAML files or {MAX_CONFIG_ENTRIES:,} "
+                             "entries; posexp reads and checks every config file in it, so "
+                             "give it the directory of your configs alone")
+    return found
+
+
+def _outside(tree: object) -> str | None:
+    """The first entry of a config file's defaults list that climbs out of the config
+    directories with '..' (Hydra would load that file from anywhere), or None."""
+    defaults = tree.get("defaults") if isinstance(tree, dict) else None
+    for entry in defaults if isinstance(defaults, list) else []:
+        texts = [*map(str, entry.keys()), *map(str, entry.values())] \
+            if isinstance(entry, dict) else [str(entry)]
+        for text in texts:
+            if ".." in re.split(r"[/@:\s]+", text):
+                return text
+    return None
+
+
+def _modules_in(tree: object) -> list[str]:
+    """The string values of every ``module`` key in a config file's tree."""
+    if isinstance(tree, list):
+        return [m for v in tree for m in _modules_in(v)]
+    if not isinstance(tree, dict):
+        return []
+    return [v for k, v in tree.items() if k == "module" and isinstance(v, str)] + [
+        m for v in tree.values() for m in _modules_in(v)]
+
+
+def check_module(cfg: DictConfig, declared: set[str], config_dir: str | None) -> None:
+    """encoding.module, where the composed config names one, comes from a config file under
+    the --config-dir the user gave: whatever else put it there (a value smuggled past the
+    override guards, an interpolation) is refused before anything imports it."""
+    module = cfg.encoding.get("module") if "encoding" in cfg else None
+    if module is not None and module not in declared:
+        where = (f"no config file under --config-dir {config_dir} names it" if config_dir
+                 else "no --config-dir was given")
+        raise UsageError(f"encoding.module {str(module)[:80]!r} is refused: {where}; posexp "
+                         "imports an encoding's module only where a config file of your "
+                         "--config-dir names it (docs/encodings.md)")
 
 
 def _code_in(tree: object, where: str = "") -> str | None:

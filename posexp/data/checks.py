@@ -32,6 +32,12 @@ def check_data(d: Mapping) -> None:
         raise UsageError(f"data.name must be a plain name (letters, digits, . _ -), got "
                          f"{d['name']!r}")
     source = data_source(d)
+    if (d["name"] == DataSource.task.value) != (source == DataSource.task):
+        raise UsageError(f"data.source={source.value} contradicts data={d['name']}: "
+                         + ("data=task generates a task's instances; drop data.source, or "
+                            "choose a corpus with data=NAME (posexp train --help lists them)"
+                            if d["name"] == DataSource.task.value else
+                            "a task is chosen with data=task task=NAME"))
     _check_source(d, source)
     # a file or dataset that this source would not read: set by mistake, silently ignored
     reads = {DataSource.text: ("path", "train_path", "val_path"), DataSource.enwik8: ("path",),

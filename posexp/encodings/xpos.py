@@ -33,6 +33,7 @@ from posexp.encodings.registry import EncodingSpec, ModelShape, register, requir
 from posexp.encodings.rope_scaling import plain_inv_freq
 
 LARGEST_SCALE_LOG = 120 * math.log(2)  # scales within [2^-120, 2^120]: float32 with room
+NO_LIMIT = 2.0**62  # a window past this many positions is no limit (and keeps to an int64)
 
 
 class XPos(PositionalEncoding):
@@ -42,9 +43,12 @@ class XPos(PositionalEncoding):
             raise ValueError(f"xpos needs an even head dimension, got {d_head}")
         self.d_head, self.base, self.gamma, self.scale_base = d_head, base, gamma, scale_base
         # the widest centred window whose largest exponent, ceil(T/2)/B * log(1/zeta_0),
-        # stays within LARGEST_SCALE_LOG
+        # stays within LARGEST_SCALE_LOG; none when zeta_0 rounds to 1 (a gamma so large
+        # that xPos is RoPE) or the window is past any length (a huge B): the division and
+        # the floor would otherwise raise, where a config should get one line or a run
         log_inv_zeta0 = math.log((1 + gamma) / gamma)
-        self.max_positions = 2 * math.floor(LARGEST_SCALE_LOG * scale_base / log_inv_zeta0)
+        half = LARGEST_SCALE_LOG * scale_base / log_inv_zeta0 if log_inv_zeta0 > 0 else math.inf
+        self.max_positions = 2 * math.floor(half) if half < NO_LIMIT else None
         self._cached: tuple[int, torch.device, tuple[Rotation, Rotation]] | None = None
 
     def scale(self, positions: torch.Tensor) -> torch.Tensor:
@@ -55,7 +59,7 @@ class XPos(PositionalEncoding):
         return zeta ** (positions.double()[:, None] / self.scale_base)
 
     def rotary_qk(self, seq_len: int, device: torch.device) -> tuple[Rotation, Rotation]:
-        if seq_len > self.max_positions:
+        if self.max_positions is not None and seq_len > self.max_positions:
             raise ValueError(f"xpos's scale leaves float32 past {self.max_positions} "
                              f"positions; got {seq_len}")
         if self._cached is not None and self._cached[:2] == (seq_len, device):

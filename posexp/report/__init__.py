@@ -11,15 +11,19 @@ the axes, so they hide no point.
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 from pathlib import Path
 
-from posexp.errors import PosexpError
+from posexp.errors import PosexpError, UsageError
 from posexp.report import figures, task_figures, training  # noqa: F401 -- they register figures
 from posexp.report.base import FIGURES, Figure, Report, register_figure
 from posexp.report.plotting import save
 from posexp.report.tables import csv_text, markdown, terminal_table, tidy_rows
-from posexp.runs import DAMAGED, RunResult, atomic_write_text, load_runs
+from posexp.report.tasks import named_tasks
+from posexp.runs import DAMAGED, RUN, RunResult, atomic_write_text
+from posexp.runs import load_runs as read_runs
 
 __all__ = ["FIGURES", "Figure", "Report", "load_runs", "register_figure", "terminal_table",
            "tidy_rows", "write_report", "write_tables"]
@@ -29,13 +33,28 @@ def warn(message: str) -> None:
     print(f"posexp: warning: {message}", file=sys.stderr)
 
 
+def load_runs(root: Path) -> tuple[list[RunResult], list[RunResult]]:
+    """(completed runs, the others) under ``root`` as a report reads them: a run whose
+    record would name a report file with something other than a plain name is damaged."""
+    runs, not_done = read_runs(root)
+    runs, unnamed = named_tasks(runs)
+    return runs, [*not_done, *unnamed]
+
+
+# a figure's file name: one plain name, inside the report directory
+FILE_STEM = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,199}")
+
+
 def write_report(runs: list[RunResult], not_done: list[RunResult], out: Path,
                  title: str) -> list[Path]:
     """Figures and tables for ``runs`` (completed, from load_runs), written to ``out``; each
     damaged run in ``not_done`` gets one warning line.  With no run at all, a PosexpError
-    and nothing written."""
+    and nothing written; a UsageError when ``out`` is a run directory or inside one."""
     if not runs and not not_done:
         raise PosexpError(f"no posexp runs to report in {out}")
+    check_report_dir(out)
+    runs, unnamed = named_tasks(runs)
+    not_done = [*not_done, *unnamed]
     for r in not_done:
         if r.status == DAMAGED:
             warn(f"not included: {r.reason}")
@@ -44,8 +63,26 @@ def write_report(runs: list[RunResult], not_done: list[RunResult], out: Path,
     written = write_tables(report, out, title)
     for figure in FIGURES:
         for stem, fig in figure.draw(report):
+            if not FILE_STEM.fullmatch(stem):  # names come from run records: never a path
+                raise PosexpError(f"figure {figure.name}: {stem[:60]!r} is not a file name")
             written += save(fig, out / stem)
     return written
+
+
+def check_report_dir(out: Path) -> None:
+    """A report never writes into a run: ``out`` must not be a run directory (a run named
+    ``report``, say) nor lie inside one."""
+    for here in dict.fromkeys((Path(os.path.abspath(out)), Path(os.path.realpath(out)))):
+        run = next((d for d in (here, *here.parents) if (d / RUN).is_file()), None)
+        if run is not None:
+            break
+    else:
+        return  # as written and with its links followed, no run holds it
+    problem = (f"is the directory of the run {run.name!r}" if run == here
+               else f"is inside the run directory {run}")
+    raise UsageError(f"the report directory {out} {problem}; a report never writes into a "
+                     "run: choose another (posexp report ROOT --out DIR; in a preset, "
+                     "report: NAME)")
 
 
 def write_tables(report: Report, out: Path, title: str) -> list[Path]:

@@ -3,8 +3,12 @@
 figure of every report.
 
 Runs form one series when their identities (config.identity: every key that determines the
-weights) are equal except the seed (and, for fine-tunes, the parent run of that seed), and
-their points are of the same mode, scored region and RoPE scaling: each scaling a run was
+weights) are equal except the seed (and, for fine-tunes, the parent run of that seed), they
+were trained on the same text -- the same corpus and tokenizer fingerprints in run.json:
+a corpus file edited between two seeds makes two series, never one average -- a task
+run's points score the same held-out instances (task.eval_count and task.eval_seed, which
+the identity leaves out), and their points are of the same mode, scored region and RoPE
+scaling: each scaling a run was
 scored with (``posexp eval RUN eval.rope_scaling=...``) is a series of its own, labelled
 with "+", the method and its factor, and a fine-tune's label says what it continues
 ("rope L=64 → ft L=256" and its scaling).  A series' label names its encoding and training
@@ -28,11 +32,17 @@ from posexp.scaling import order as scaling_order
 from posexp.scaling import text as scaling_text
 
 ENCODING, TRAIN_LEN, SEED = "encoding.name", "train.seq_len", "seed"
+PRETRAINED = "pretrained.id"  # a pretrained model's run (posexp/pretrained): in its identity
 PARENT = "parent.config"  # a fine-tune's parent config: in its identity, and only in its
 # Identity keys that config.resolve fills in from others (d_ff from d_model; max_positions
 # and batch_size from seq_len): a label names one only when it tells apart series that the
 # rest of the label leaves alike, so runs at two lengths are not labelled "batch_size=32".
 DERIVED = ("model.d_ff", "encoding.max_positions", "train.batch_size")
+# What a series is of beyond the identity (series_identity): the text it was trained and
+# scored on, by fingerprint, and a task run's held-out instances.  Like DERIVED keys, a
+# label names them only when nothing else tells two series apart.
+CORPUS, TOKENIZER, INSTANCES = "corpus_fingerprint", "tokenizer_fingerprint", "task.instances"
+BEYOND = (CORPUS, TOKENIZER, INSTANCES)
 
 # Each registered encoding has its own colour (EncodingSpec.colour, colour-blind-safe) in every
 # figure of every report; an encoding the registry does not know (a run from elsewhere) takes
@@ -142,9 +152,29 @@ def curve_name(encoding: str, train_len: int, scaling: Scaling,
     return name + (f" + {scaling_text(scaling)}" if scaling else "")
 
 
+def series_identity(run: RunResult) -> dict:
+    """What a series of ``run`` is of: its identity, and what its numbers depend on that
+    the config does not hold -- the corpus and tokenizer it was trained on, by the
+    fingerprints run.json records (data.path names a file, not its text), and for a task
+    run the held-out instances its points score, "COUNT of eval seed SEED" (task.eval_seed
+    is an evaluation setting, so not identity; two seeds scored on different instances are
+    not averaged as one series)."""
+    ident = dict(run.identity)
+    corpus = run.info.get("corpus") or {}
+    for key, field_name in ((CORPUS, "fingerprint"), (TOKENIZER, "tokenizer_fingerprint")):
+        if isinstance(corpus.get(field_name), str):
+            ident[key] = corpus[field_name][:12]
+    if run.tasks:
+        ident[INSTANCES] = "; ".join(f"{count} of eval seed {seed}" for count, seed in sorted(
+            {(p["count"], p["eval_seed"]) for p in run.tasks}))
+    return ident
+
+
 def config_key(run: RunResult) -> tuple:
-    """The identity but the keys that follow the seed (a fine-tune's parent at that seed)."""
-    return tuple(sorted((k, repr(v)) for k, v in run.identity.items() if k not in SEED_KEYS))
+    """The series identity but the keys that follow the seed (a fine-tune's parent at that
+    seed)."""
+    return tuple(sorted((k, repr(v)) for k, v in series_identity(run).items()
+                        if k not in SEED_KEYS))
 
 
 def _order(value: object) -> tuple:
@@ -167,10 +197,14 @@ def label_keys(identities: list[dict]) -> list[str]:
     between runs of that encoding; a derived key only when the others leave two identities
     alike that it tells apart).  Fine-tunes and runs trained
     from scratch are compared among themselves: a fine-tune's budget, learning rate, parent
-    and scaling are in its label's name (curve_name), not in keys."""
+    and scaling are in its label's name (curve_name), not in keys; a pretrained model's runs
+    among the runs of that model (its name is the label's)."""
     keys = sorted(k for k in set().union(*identities) - {ENCODING, TRAIN_LEN, SEED}
                   if not k.startswith(("parent.", "encoding.scaling.")))
-    groups = [[i for i in identities if (PARENT in i) == tuned] for tuned in (False, True)]
+    models = {i.get(ENCODING) for i in identities if PRETRAINED in i}  # posexp/pretrained
+    groups = [[i for i in identities if (PARENT in i) == tuned and PRETRAINED not in i]
+              for tuned in (False, True)] + [[i for i in identities if PRETRAINED in i
+                                              and i.get(ENCODING) == m] for m in models]
 
     def differs(key: str) -> bool:
         # an encoding's own settings (hparams, base, module) and the keys each encoding
@@ -181,8 +215,8 @@ def label_keys(identities: list[dict]) -> list[str]:
                    if key.startswith("encoding.") or key in PER_ENCODING else groups)
         return any(len({repr(i.get(key)) for i in m}) > 1 for m in members)
 
-    chosen = [k for k in keys if differs(k) and k not in DERIVED]
-    for key in (k for k in keys if k in DERIVED and differs(k)):
+    chosen = [k for k in keys if differs(k) and k not in DERIVED + BEYOND]
+    for key in (k for k in keys if k in DERIVED + BEYOND and differs(k)):
         seen: dict[tuple, str] = {}
         for i in identities:
             rest = tuple(repr(i.get(c)) for c in (ENCODING, TRAIN_LEN, PARENT, *chosen))
@@ -198,8 +232,8 @@ def label_parts(ident: dict, keys: list[str], names: dict[str, str]) -> list[tup
     it), and a key that is off unless set (train.random_positions) only those that set it:
     None for the others."""
     return [(names[k], _text(ident.get(k)) if (k in ident or not (
-        k.startswith("encoding.") or k in OPTIONAL_KEYS)) and _reads(ident, k) else None)
-        for k in keys]
+        k.startswith("encoding.") or k in OPTIONAL_KEYS or PRETRAINED in ident))
+        and _reads(ident, k) else None) for k in keys]
 
 
 def _reads(ident: dict, key: str) -> bool:
@@ -263,7 +297,7 @@ def build_series(runs: list[RunResult]) -> tuple[list[Series], list[list[RunResu
     duplicates = {tuple(str(r.path) for r in same): same for seeds in by_seed.values()
                   for same in seeds.values() if len(same) > 1}
     keys = _label(series)
-    identities = {s.config: s.members[0].identity for s in series}
+    identities = {s.config: series_identity(s.members[0]) for s in series}
 
     def order(s: Series) -> tuple:
         # a fine-tune right after the run it continues, a scaling after the run as trained
@@ -280,7 +314,7 @@ def build_series(runs: list[RunResult]) -> tuple[list[Series], list[list[RunResu
 
 def _label(series: list[Series]) -> list[str]:
     """Give each series the label parts that tell it apart; returns the label keys."""
-    identities = {s.config: s.members[0].identity for s in series}
+    identities = {s.config: series_identity(s.members[0]) for s in series}
     keys = label_keys(list(identities.values()))
     names = short_names(keys, set().union(*identities.values()))
     several_regions = len({s.region for s in series}) > 1
@@ -355,6 +389,8 @@ def _param_difference(s: Series, extra: int) -> str:
         return f", +{extra:,} for its {rows}x{width} position table"
     if ident.get("model.tie_weights") is False and vocab and width and vocab * width == extra:
         return f", +{extra:,} for its untied {vocab}x{width} output head"
+    if ident.get("model.tie_weights") is True and vocab and width and vocab * width == -extra:
+        return f", {extra:,} for its head tied to the token embeddings"
     return f", {extra:+,}"
 
 

@@ -6,6 +6,7 @@ per task (here) and a figure per task and a passkey heatmap (task_figures.py).""
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
@@ -22,9 +23,10 @@ from posexp.report.series import (
     encoding_rank,
     label_keys,
     label_parts,
+    series_identity,
     short_names,
 )
-from posexp.runs import RunResult, point_scaling
+from posexp.runs import DAMAGED, EVAL, RunResult, point_scaling
 from posexp.scaling import order as scaling_order
 from posexp.stats import Interval, t_interval
 
@@ -32,6 +34,26 @@ TASK_MODE = "task"     # a task series' mode, and its region, which holds no mea
 NO_REGION: Region = (0, 0)
 PASSKEY = "passkey"
 WILSON = "Wilson over one seed's instances"
+# a task's name in a run's task points: it names the task's figure (tasks-NAME.png), so it
+# is a plain name, as every task of the registry's is (without '-': tasks-passkey-heatmap is
+# another figure's)
+TASK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]{0,63}")
+
+
+def named_tasks(runs: list[RunResult]) -> tuple[list[RunResult], list[RunResult]]:
+    """(the runs whose task points each name a task plainly, the others as damaged runs):
+    eval.json's ``"task": "x/../../OUTSIDE"`` is a damaged record, never a path."""
+    ok, damaged = [], []
+    for r in runs:
+        bad = next(((i, p["task"]) for i, p in enumerate(r.tasks, 1)
+                    if not TASK_NAME.fullmatch(p["task"])), None)
+        if bad is None:
+            ok.append(r)
+            continue
+        damaged.append(RunResult(r.path, {"status": DAMAGED, "reason": (
+            f"{r.path / EVAL} is damaged: task point {bad[0]}: 'task' is {bad[1]!r:.40}, "
+            "not a task name")}))
+    return ok, damaged
 
 
 @dataclass
@@ -54,11 +76,12 @@ class TaskSeries(Series):
 
 def train_max_length(run: RunResult, task: str) -> int | None:
     """The longest instance length ``run`` trained on: that of its task (identity task.name,
-    else ``task``, the one it was scored on) whose instances fit in train.seq_len."""
+    else ``task``, the one it was scored on) whose instances fit in train.seq_len; for a
+    pretrained model (posexp/pretrained, lengths in its tokens) the length it was trained at."""
     from posexp.data.tasks import get_task, max_length_within  # numpy: not at start-up
 
-    if run.train_len is None:
-        return None
+    if run.train_len is None or "pretrained.id" in run.identity:
+        return run.train_len
     try:
         return max_length_within(get_task(run.identity.get("task.name") or task),
                                  run.train_len)
@@ -92,16 +115,16 @@ def task_series(runs: list[RunResult]) -> tuple[list[TaskSeries], list[list[RunR
     keys: dict[str, list[str]] = {}
     for task in {s.task for s in series}:
         ours = [s for s in series if s.task == task]
-        identities = [s.members[0].identity for s in ours]
+        identities = [series_identity(s.members[0]) for s in ours]
         keys[task] = label_keys(identities)
         names = short_names(keys[task], set().union(*identities))
         scalings = any(s.scaling or s.fine_tune for s in ours)
         for s in ours:
-            s.parts = label_parts(s.members[0].identity, keys[task], names)
+            s.parts = label_parts(series_identity(s.members[0]), keys[task], names)
             s.scalings = scalings
 
     def order(s: TaskSeries) -> tuple:
-        ident, tuned = s.members[0].identity, s.fine_tune
+        ident, tuned = series_identity(s.members[0]), s.fine_tune
         return (task_rank(s.task), encoding_rank(s.encoding), s.encoding, s.root_len,
                 tuned is not None, s.train_len, scaling_order(tuned[1]) if tuned else (),
                 *(_order(ident.get(k)) for k in keys[s.task]), scaling_order(s.scaling))

@@ -21,7 +21,7 @@ from posexp.errors import PosexpError, UsageError, first_line
 from posexp.run.setup import build_model, pick_device
 from posexp.run.training import Interrupted
 from posexp.run.workloads import Wanted, Workload, group, wanted_text, workload_of
-from posexp.runs import CHECKPOINT, Run, now
+from posexp.runs import CHECKPOINT, Run, code_record, now
 from posexp.sinks import Sink
 
 SKIP_ADVICE = "skipped (train.resume=false moves it aside and trains it again)"
@@ -46,6 +46,9 @@ def signals_interrupt(step: int, advice: str) -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+EMPTY = {"curve": [], "per_position": [], "tasks": [], "spans": {}}
+
+
 def read_scored(run: Run) -> dict:
     """A run's eval.json; a damaged one is renamed out of the way (kept, never read again)
     so that the run can be scored afresh, and reads as empty."""
@@ -55,7 +58,35 @@ def read_scored(run: Run) -> dict:
         aside = run.set_aside_eval()
         print(f"posexp: warning: {e}; kept as {aside.name}, scoring the run again",
               file=sys.stderr)
-        return {"curve": [], "per_position": [], "tasks": [], "spans": {}}
+        return {k: type(v)() for k, v in EMPTY.items()}
+
+
+def this_code(spec: RunSpec) -> dict:
+    """The code this process scores with (runs.code_record)."""
+    return code_record(spec.cfg.encoding.get("module"))
+
+
+def set_aside_other_code(run: Run, scored: dict, what: str) -> dict:
+    """``scored`` (eval.json), or when its points were scored by other code than this
+    process's -- another posexp source, or eval.json written before posexp recorded its
+    code -- empty, after copying it aside (Run.restart_eval) with one line that says so:
+    one run's points all come from one code, so every point asked for is then scored
+    again, and the first of them starts eval.json anew."""
+    other = run.other_code(scored)
+    if other is None:
+        return scored
+    aside = run.restart_eval("other-code")
+    print(f"posexp: {run.path}: eval.json holds points scored by other code ({other}); it is "
+          f"kept as {aside.name}, and every {what} asked for is scored again with this code",
+          file=sys.stderr)
+    return {k: type(v)() for k, v in EMPTY.items()}
+
+
+def check_run(run: Run, info: dict, spec: RunSpec) -> None:
+    """config.yaml still holds the identity the run started with, and an encoding module of
+    the user's is the source it was trained with (Run.check_identity, Run.check_code)."""
+    run.check_identity(info)
+    run.check_code(info, spec.cfg.encoding.get("module"))
 
 
 def requested_points(run: Run, work: Workload, scalings: Iterable[dict | None]) -> list[dict]:
@@ -74,40 +105,40 @@ def score_missing(run: Run, spec: RunSpec, device: torch.device, info: dict,
     printed before the scoring starts."""
     work = workload_of(spec)
     scalings = spec.run_scalings if scalings is None else scalings
-    scored = read_scored(run)
-    asked = work.requested(scalings, scored)
-    if asked is None:  # no layout of eval.tokens recorded yet: score everything asked for
-        missing = work.every(scalings)
-    else:
-        have = {work.key(p) for p in work.points(scored)}
-        missing = group(want for key, want in asked.items() if key not in have)
-    if not missing:
+    if not missing_points(work, scalings, read_scored(run)):
         print(f"posexp: {run.path}: already completed, and eval.json holds every {work.what} "
               f"asked for; {'nothing to score' if header else SKIP_ADVICE}", file=sys.stderr)
         print(work.table(requested_points(run, work, scalings),
                          (info.get("corpus") or {}).get("tokenizer")))
         return "skipped"
-    count = sum(len(items) for _, items in missing)
-    text = wanted_text(missing, getattr(work, "item_text", str))
-    print(f"posexp: {run.path}: already completed; scoring the {count} missing "
-          f"{work.what}(s) {text} from its checkpoint", file=sys.stderr)
-    evaluate(run, spec, device, missing, header=header, scalings=scalings)
+    evaluate(run, spec, device, header=header, scalings=scalings, only_missing=True)
     return "scored"
 
 
-def evaluate(run: Run, spec: RunSpec, device: torch.device, wanted: Wanted | None = None,
-             header: str | None = None,
-             scalings: tuple[dict | None, ...] | None = None) -> None:
-    """Score a completed run's checkpoint (``wanted``, default every point the config asks
-    for with ``scalings``, default eval.rope_scaling's) and merge the points into its
-    eval.json; no training.  ``header`` is printed once the checkpoint is loaded."""
+def missing_points(work: Workload, scalings: Iterable[dict | None], scored: dict) -> Wanted:
+    """The points asked for with ``scalings`` that eval.json (``scored``) lacks."""
+    asked = work.requested(scalings, scored)
+    if asked is None:  # no layout of eval.tokens recorded yet: score everything asked for
+        return work.every(scalings)
+    have = {work.key(p) for p in work.points(scored)}
+    return group(want for key, want in asked.items() if key not in have)
+
+
+def evaluate(run: Run, spec: RunSpec, device: torch.device, header: str | None = None,
+             scalings: tuple[dict | None, ...] | None = None,
+             only_missing: bool = False) -> None:
+    """Score a completed run's checkpoint -- every point the config asks for with
+    ``scalings`` (default eval.rope_scaling's), or with ``only_missing`` those eval.json
+    lacks, saying which -- and merge the points into its eval.json; no training.  Nothing
+    of the run is changed before its data, checkpoint and weights have passed their checks;
+    then an eval.json of other code is set aside.  ``header`` is printed once the
+    checkpoint is loaded."""
     work = workload_of(spec)
     scalings = spec.scalings if scalings is None else scalings
     info = run.info()
     data = work.load()
     check_data_unchanged(run, info, data, spec.is_task_run)
-    state = run.load_checkpoint()
-    read_scored(run)  # a damaged eval.json is set aside before the new points are merged
+    state = run.load_checkpoint()  # refused unless it holds the weights run.json names
     model = build_model(spec, data.vocab_size)
     try:
         model.load_state_dict(state["model"])
@@ -115,13 +146,20 @@ def evaluate(run: Run, spec: RunSpec, device: torch.device, wanted: Wanted | Non
         raise PosexpError(f"{run.path / CHECKPOINT} does not match config.yaml: "
                           f"{first_line(e)}") from None
     model.to(device)
+    scored = set_aside_other_code(run, read_scored(run), work.what)
+    wanted = missing_points(work, scalings, scored) if only_missing else work.every(scalings)
+    if only_missing:
+        print(f"posexp: {run.path}: already completed; scoring the "
+              f"{sum(len(items) for _, items in wanted)} missing {work.what}(s) "
+              f"{wanted_text(wanted, getattr(work, 'item_text', str))} from its checkpoint",
+              file=sys.stderr)
     if header:
         print(header, file=sys.stderr)
     with signals_interrupt(info.get("steps", 0), "during evaluation; the points scored so "
                            "far are in eval.json; run the same command again to score the "
                            "rest"):
         t0 = time.perf_counter()
-        work.score(model, data, run, Sink(), device, wanted or work.every(scalings))
+        work.score(model, data, run, Sink(), device, wanted)
         seconds = time.perf_counter() - t0
     run.update(last_eval_at=now(), last_eval_seconds=round(seconds, 2))
     print(work.table(requested_points(run, work, scalings), data.tokenizer))
@@ -143,11 +181,13 @@ def evaluate_dir(path: Path, spec: RunSpec) -> None:
     corpus run every point again (a new kernel or device replaces it), a task run the task
     points eval.json lacks -- with a line saying what before it scores."""
     run = Run(path)
+    this_code(spec)  # source hashed now, while the files are those this process loaded
     with run.lock():
         info = run.info()
         if info.get("status") != "completed":
             raise UsageError(f"{path} has status {info.get('status')!r}; only completed runs "
                              "can be evaluated")
+        check_run(run, info, spec)
         device = pick_device(spec.cfg, training=False)
         if spec.is_task_run:
             t = spec.cfg.task

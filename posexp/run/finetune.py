@@ -18,7 +18,8 @@ from posexp.config.identity import SEED_KEYS
 from posexp.config.schema import EvalScalingConfig
 from posexp.errors import PosexpError, UsageError
 from posexp.run.training import state_hash
-from posexp.runs import CHECKPOINT, CONFIG, RUN, Run
+from posexp.runs import CONFIG, RUN, Run
+from posexp.runs.store import encoding_module
 
 # what a fine-tune may change of its parent's config: how it trains on, not what it is
 FINETUNE_KEYS = ("train.", "eval.", "encoding.scaling", "seed", "device", "attention",
@@ -31,30 +32,28 @@ def digest(obj: object) -> str:
 
 def parent_record(path: Path) -> dict:
     """What a fine-tune records of the run it continues (config.ParentConfig), read under
-    that run's lock: a completed run whose checkpoint holds the weights its run.json names;
-    a UsageError or PosexpError, in one line, for anything else."""
+    that run's lock: a completed run whose config.yaml is the one it was trained with, whose
+    encoding module (one of the user's) is the source it was trained with, and whose
+    checkpoint holds the weights its run.json names (Run.load_checkpoint checks them); a
+    UsageError or PosexpError, in one line, for anything else."""
     if not path.is_dir():
         raise UsageError(f"{path} is not a directory; posexp finetune continues a completed "
                          "run directory")
-    missing = [n for n in (CONFIG, RUN) if not (path / n).is_file()]
+    missing = [n for n in (CONFIG, RUN) if not os.path.lexists(path / n)]
     if missing:
         raise UsageError(f"{path} is not a posexp run (no {' or '.join(missing)})")
     run = Run(path)
     with run.lock():
-        info = run.info()
+        info = run.info()  # a FIFO or a directory there is refused, never opened
         status = info.get("status")
         if status != "completed":
             advice = f" (posexp resume {path} finishes it)" if status in (
                 "running", "interrupted") else ""
             raise UsageError(f"{path} has status {status!r}; only a completed run can be "
                              f"fine-tuned{advice}")
-        identity = run.identity()
+        identity = run.check_identity(info)
+        run.check_code(info, encoding_module(run.config()))
         weights = state_hash(run.load_checkpoint()["model"])
-    recorded = info.get("weights_sha256")
-    if recorded is not None and recorded != weights:
-        raise PosexpError(f"{path / CHECKPOINT} does not hold the weights {path / RUN} names "
-                          f"(sha256 {weights[:12]}, run.json has {str(recorded)[:12]}); the run "
-                          "is damaged")
     return {"run": str(path.resolve()), "identity": digest(identity),
             "config": digest({k: v for k, v in identity.items() if k not in SEED_KEYS}),
             "weights_sha256": weights,

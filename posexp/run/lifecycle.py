@@ -30,12 +30,12 @@ import torch
 from posexp.config import RunSpec, identity_diff
 from posexp.distributed import World, barrier, join, leave
 from posexp.errors import PosexpError, UsageError
-from posexp.run.evaluation import score_missing, signals_interrupt
+from posexp.run.evaluation import score_missing, signals_interrupt, this_code
 from posexp.run.finetune import parent_weights
 from posexp.run.setup import build_model, pick_device
 from posexp.run.training import Diverged, Interrupted, check_checkpoint, fit, weights_hash
 from posexp.run.workloads import Workload, workload_of
-from posexp.runs import CHECKPOINT, RUN, Run, code_version, now, versions
+from posexp.runs import CHECKPOINT, RUN, Run, code_text, code_version, now, versions
 from posexp.sinks import Sink, open_sink
 
 
@@ -45,6 +45,7 @@ def run(spec: RunSpec, progress: bool = True, group: str | None = None) -> str:
     asked for, "scored" when only missing evaluation points were computed.  ``progress``
     shows a progress bar on a terminal; ``group`` names the W&B group."""
     device = pick_device(spec.cfg)
+    this_code(spec)  # source hashed now, while the files are those this process loaded
     # torchrun: rank 0 holds the lock and writes; RANK is set before the process group exists
     main = int(os.environ.get("RANK", "0")) == 0
     with Run(spec.path).lock() if main else contextlib.nullcontext():
@@ -74,7 +75,8 @@ def _run_locked(spec: RunSpec, device: torch.device, world: World, progress: boo
 
 def existing(run: Run, spec: RunSpec) -> dict | None:
     """run.json of the run already in ``run``'s directory (None: there is none), after
-    refusing one of another identity or one too damaged to tell."""
+    refusing one of another identity, one too damaged to tell, one whose config.yaml was
+    edited since it started, or one trained with another source of its encoding module."""
     try:
         previous = run.previous()
     except PosexpError as e:
@@ -90,6 +92,7 @@ def existing(run: Run, spec: RunSpec) -> dict | None:
         raise UsageError(f"{run.path} holds a run of another identity ({shown}); choose "
                          "another run_name= or experiment=, or add train.resume=false to move "
                          f"that run aside to {run.path.parent / '.replaced'}/ and train this one")
+    run.check_code(info, spec.cfg.encoding.get("module"))
     return info
 
 
@@ -118,6 +121,12 @@ def _open_run(spec: RunSpec, run: Run, state: dict | None, model, data, device: 
     """run.json says running, with what this attempt is; a line says so on stderr."""
     cfg = spec.cfg
     if state is not None:
+        was, code = run.info().get("code"), this_code(spec)
+        if isinstance(was, dict) and was != code:
+            print(f"posexp: warning: {spec.path}: posexp's source has changed since the run "
+                  f"started ({code_text(was)} then, {code_text(code)} now); it resumes "
+                  "with this code, and run.json records both (code, resumed_code)",
+                  file=sys.stderr)
         run.resume(state["step"], cfg)
         print(f"posexp: {spec.path}: resuming from step {state['step']} "
               f"({state['tokens']:,} tokens)", file=sys.stderr)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
+import os
 import random
 import signal
 import sys
@@ -114,6 +115,25 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+# The file a sweep's parent writes its signal's number into when it is stopped (SIGINT,
+# SIGTERM): every job of the sweep, in whichever process the launcher runs it, reads it
+# between steps and batches and stops as if the signal were its own (posexp/sweep.py).
+STOP_FILE = "POSEXP_STOP_FILE"
+
+
+def stop_requested() -> int | None:
+    """The signal a sweep's parent was stopped by, once it was (STOP_FILE); else None.  A
+    stat a call when a sweep set it, nothing otherwise: cheap enough for every step."""
+    path = os.environ.get(STOP_FILE)
+    if not path or not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return int(signal.SIGTERM)  # being written: a stop all the same
+
+
 class StopSignals:
     """Turns SIGINT/SIGTERM into a request to stop after the current step, so the loop can
     save a checkpoint first; a second signal stops at once."""
@@ -142,6 +162,76 @@ def use_compile(cfg: DictConfig, device: torch.device) -> bool:
     """train.compile, or when unset: on CUDA yes; on CPU no -- compiling takes longer than
     the few minutes of a CPU run it would speed up (scripts/bench.py --compile measures it)."""
     return device.type == "cuda" if cfg.train.compile is None else bool(cfg.train.compile)
+
+
+def progress_every() -> float:
+    """Seconds between two progress lines where stderr is not a terminal (nohup, a pipe, a
+    job of a parallel sweep): 30, or POSEXP_PROGRESS_SECONDS."""
+    try:
+        return max(0.0, float(os.environ.get("POSEXP_PROGRESS_SECONDS", 30)))
+    except ValueError:
+        return 30.0
+
+
+def duration(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}h{seconds // 60 % 60:02d}m" if seconds >= 3600 else \
+        f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+class Progress:
+    """Progress of a long loop: a bar on a terminal (tqdm); elsewhere -- nohup, a pipe, a
+    parallel sweep's job, whose lines are whole -- one plain line every progress_every()
+    seconds, so a log never goes quiet for minutes; nothing when not ``enabled``.  Each
+    update also looks for a stop asked for by a sweep's parent (stop_requested) and hands
+    it to this process's own signal handler, which stops evaluation where it stands."""
+
+    def __init__(self, total: int, unit: str, desc: str, enabled: bool = True,
+                 initial: int = 0, watch_stop: bool = True, **bar: object) -> None:
+        self.total, self.unit, self.desc, self.done = total, unit, desc, initial
+        self.postfix: dict[str, object] = {}
+        self.stop_sent = not watch_stop  # the training loop reads stop requests itself
+        tty = enabled and sys.stderr.isatty()
+        self.bar = tqdm(total=total, initial=initial, unit=unit, desc=desc, file=sys.stderr,
+                        disable=not tty, dynamic_ncols=True, **bar)
+        self.lines = enabled and not tty
+        self.start = self.last = time.perf_counter()
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def update(self, n: int = 1) -> None:
+        self.bar.update(n)
+        self.done += n
+        if self.lines and time.perf_counter() - self.last >= progress_every():
+            self.line()
+        if not self.stop_sent and (signum := stop_requested()) is not None:
+            self.stop_sent = True
+            os.kill(os.getpid(), signum)  # this process's handler stops what runs
+
+    def set_postfix(self, **values: object) -> None:
+        self.bar.set_postfix(**values)
+        self.postfix = values
+
+    def line(self) -> None:
+        now = time.perf_counter()
+        self.last, elapsed = now, now - self.start
+        share = self.done / self.total if self.total else 1.0
+        scale = self.unit == "tok"
+        done, total = (f"{self.done:,}", f"{self.total:,}") if not scale else \
+            (f"{self.done / 1e6:.2f}M", f"{self.total / 1e6:.2f}M")
+        left = ""
+        if 0 < share < 1 and elapsed > 0:
+            left = f", about {duration(elapsed * (1 - share) / share)} left"
+        extra = "".join(f", {k} {v}" for k, v in self.postfix.items())
+        print(f"posexp: {self.desc}: {done} of {total} {self.unit} ({share:.0%}), "
+              f"{duration(elapsed)}{left}{extra}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        self.bar.close()
 
 
 @dataclass(frozen=True)
@@ -187,6 +277,7 @@ class Loop:
         self.opt = make_optimizer(model, t, device)
         self.gen = torch.Generator().manual_seed(spec.cfg.seed)
         self.first_step, self.last, self.seconds_before = 0, {"loss": float("nan")}, 0.0
+        self.initial_loss: float | None = None  # the first step's, to tell a run that learned
         self.start = time.perf_counter()
 
     def resume(self, state: dict) -> None:
@@ -197,6 +288,7 @@ class Loop:
         set_rng_state(state["rng"])
         self.first_step, self.last = state["step"], state["last"]
         self.seconds_before = state["seconds"]
+        self.initial_loss = state.get("initial_loss")  # checkpoints before it have none
 
     def checkpoint(self, step: int) -> None:
         if self.run is None:
@@ -206,6 +298,7 @@ class Loop:
             "step": step, "tokens": step * self.plan.tokens_per_step,
             "data_rng": self.gen.get_state(), "rng": rng_state(), "last": self.last,
             "seconds": self.seconds_before + time.perf_counter() - self.start,
+            "initial_loss": self.initial_loss,
         })
 
     def step(self, step: int) -> tuple[torch.Tensor, torch.Tensor, float]:
@@ -252,6 +345,22 @@ class Loop:
             self.run.log(record)
         self.sink.log(record)
 
+    def warn_if_unlearned(self) -> None:
+        """One line at the end when the training loss ended where it started (within 1%):
+        a run that learned nothing -- a learning rate far too small, say -- is scored all
+        the same, and its curve would be read as the encoding's.  Not for a fine-tune: it
+        starts from trained weights, where a loss that stays is no sign of a fault."""
+        first, final = self.initial_loss, self.last.get("loss")
+        if first is None or final is None or not math.isfinite(first) or first <= 0 \
+                or self.spec.fine_tune:
+            return
+        if final >= 0.99 * first:
+            t = self.spec.cfg.train
+            print(f"posexp: warning: the training loss ended at {final:.4f}, where it started "
+                  f"({first:.4f}): this run learned nothing; check train.lr ({t.lr:g}), "
+                  f"train.tokens ({t.tokens:,}) and train.warmup_tokens "
+                  f"({t.warmup_tokens:,})", file=sys.stderr)
+
     def stats(self) -> dict:
         """What run.json records of the training."""
         plan, now = self.plan, time.perf_counter()
@@ -276,18 +385,23 @@ def fit(model: GPT, workload, data, spec: RunSpec, run: Run | None, sink: Sink,
     if resume is not None:
         loop.resume(resume)
     t, plan = spec.cfg.train, loop.plan
+    if world.main and loop.first_step == 0:
+        note_rounding(t, plan)
     model.train()
-    bar = tqdm(total=plan.total_steps * plan.tokens_per_step,
-               initial=loop.first_step * plan.tokens_per_step, unit="tok", unit_scale=True,
-               desc=f"{spec.cfg.encoding.name} L={t.seq_len}",
-               disable=None if progress and world.main else True, dynamic_ncols=True,
-               file=sys.stderr)
+    bar = Progress(plan.total_steps * plan.tokens_per_step, "tok",
+                   f"{spec.cfg.encoding.name} L={t.seq_len}", progress and world.main,
+                   initial=loop.first_step * plan.tokens_per_step, watch_stop=False,
+                   unit_scale=True)
     loop.start = time.perf_counter()
     with StopSignals() as signals:
         for step in range(loop.first_step, plan.total_steps):
             loss, grad_norm, lr = loop.step(step)
+            if step == 0:
+                loop.initial_loss = mean(loss, loop.world)
             bar.update(plan.tokens_per_step)
             done = step + 1
+            if signals.received is None:
+                signals.received = stop_requested()
             if done % t.log_every == 0 or done == plan.total_steps:
                 loop.log(done, loss, grad_norm, lr)
                 bar.set_postfix(loss=f"{loop.last['loss']:.3f}")
@@ -302,7 +416,21 @@ def fit(model: GPT, workload, data, spec: RunSpec, run: Run | None, sink: Sink,
                 bar.close()
                 raise Interrupted(signals.received, done)
     bar.close()
+    if world.main:
+        loop.warn_if_unlearned()
     return loop.stats()
+
+
+def note_rounding(t: DictConfig, plan: Plan) -> None:
+    """One line when train.tokens is not a whole number of steps and the whole steps within
+    it leave out 1% of it or more (20,000 -> 18,432): the run says so rather than train
+    fewer tokens silently.  Less is not said: the default, 2,000,000 in steps of 2,048,
+    trains 1,998,848 (run.json records tokens_trained either way)."""
+    trained = plan.total_steps * plan.tokens_per_step
+    if t.tokens - trained >= 0.01 * t.tokens:
+        print(f"posexp: train.tokens={t.tokens:,} is not a whole number of steps of "
+              f"{plan.tokens_per_step:,} tokens ({t.batch_size} x {t.seq_len}): training "
+              f"{plan.total_steps:,} steps, {trained:,} tokens", file=sys.stderr)
 
 
 def to_device(x: torch.Tensor, device: torch.device) -> torch.Tensor:

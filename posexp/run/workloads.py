@@ -12,12 +12,10 @@ corpus length or a task's (length, depth); ``group`` gathers wants by scaling.
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Iterable, Iterator
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from posexp import scaling
 from posexp.config import RunSpec
@@ -39,7 +37,7 @@ from posexp.evaluate_tasks import answer_loss, task_curve
 from posexp.model import GPT
 from posexp.run.setup import set_scaling
 from posexp.run.tables import format_curve, format_tasks
-from posexp.run.training import to_device
+from posexp.run.training import Progress, to_device
 from posexp.runs import Run, point_key, task_point_key
 from posexp.sinks import Sink
 from posexp.spans import Spans, compression
@@ -312,9 +310,9 @@ def workload_of(spec: RunSpec) -> Workload:
     return TaskWorkload(spec) if spec.is_task_run else CorpusWorkload(spec)
 
 
-def _bar(total: int, unit: str, desc: str, progress: bool) -> tqdm:
-    return tqdm(total=total, unit=unit, desc=desc, leave=False, dynamic_ncols=True,
-                disable=None if progress else True, file=sys.stderr)
+def _bar(total: int, unit: str, desc: str, progress: bool) -> Progress:
+    # a bar on a terminal, plain lines elsewhere; it also hands on a sweep's stop request
+    return Progress(total, unit, desc, progress, leave=False)
 
 
 @contextlib.contextmanager

@@ -11,8 +11,12 @@ from posexp.runs.files import (
     atomic_write,
     atomic_write_json,
     atomic_write_text,
+    code_record,
+    code_text,
     code_version,
+    is_regular,
     now,
+    require_regular,
     shorten,
     versions,
 )
@@ -35,10 +39,12 @@ from posexp.runs.results import (
     run_dirs,
     split_runs,
 )
-from posexp.runs.store import Run
+from posexp.runs.store import Run, identity_sha256, scored_points, weights_sha256
 
 __all__ = ["CHECKPOINT", "CONFIG", "DAMAGED", "EVAL", "METRICS", "MISSING", "MODES", "RUN",
            "Region", "Run", "RunResult", "atomic_write", "atomic_write_json",
-           "atomic_write_text", "code_version", "is_spread", "load_run", "load_runs", "now",
-           "point_key", "point_scaling", "region", "region_text", "run_dirs", "shorten",
-           "split_runs", "task_point_key", "versions"]
+           "atomic_write_text", "code_record", "code_text", "code_version",
+           "identity_sha256", "is_regular", "is_spread", "load_run", "load_runs", "now",
+           "point_key", "point_scaling", "region", "region_text", "require_regular",
+           "run_dirs", "scored_points", "shorten", "split_runs", "task_point_key",
+           "versions", "weights_sha256"]

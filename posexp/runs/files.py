@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import os
 import platform
+import stat
 import subprocess
 import tempfile
 from collections.abc import Callable
@@ -65,7 +67,50 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, allow_nan=False) + "\n")
+    """JSON that every JSON reader takes: a NaN or an infinity is refused, naming the file,
+    and the file is left as it was (json's own words, "Out of range float values are not
+    JSON compliant", name neither)."""
+    try:
+        text = json.dumps(obj, indent=2, allow_nan=False)
+    except ValueError:
+        raise PosexpError(f"cannot write {path}: it would hold a value that is not a finite "
+                          f"number ({non_finite(obj) or 'NaN or infinity'})") from None
+    atomic_write_text(path, text + "\n")
+
+
+def non_finite(obj: Any) -> str | None:
+    """Where in ``obj`` the first NaN or infinity is, as 'curve[2].ppl = inf' (walked without
+    recursion: JSON nested deeper than Python's stack is still answered)."""
+    stack: list[tuple[str, Any]] = [("", obj)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"{where or 'the value'} = {value}"
+        items = value.items() if isinstance(value, dict) else enumerate(value) \
+            if isinstance(value, (list, tuple)) else ()
+        children = [(f"{where}[{key}]" if isinstance(key, int)
+                     else f"{where}.{key}" if where else str(key), child)
+                    for key, child in items]
+        stack.extend(reversed(children))
+    return None
+
+
+def is_regular(path: Path) -> bool:
+    """Whether ``path`` is a regular file (or a link to one).  Opening a FIFO waits for a
+    writer, and /dev/zero reads without end: a run file that is anything else is damaged,
+    never opened."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+def require_regular(path: Path) -> None:
+    """A PosexpError naming ``path`` when it exists and is not a regular file."""
+    if os.path.lexists(path) and not is_regular(path):
+        what = ("a directory" if path.is_dir() else "a FIFO" if path.is_fifo()
+                else "a link to nothing" if not path.exists() else "a device or socket")
+        raise PosexpError(f"{path} is damaged: it is {what}, not a regular file")
 
 
 def code_version() -> str:
@@ -83,6 +128,28 @@ def code_version() -> str:
         return f"{version.__version__}+git.{out.stdout.strip()}"
     except (OSError, subprocess.SubprocessError):
         return version.__version__
+
+
+def code_record(module: str | None) -> dict:
+    """The code this process scores and trains with: posexp's version and source hash and,
+    for an encoding of the user's own (encoding.module), its module and source hash.
+    run.json records it when a run starts, eval.json with its points."""
+    record = {"posexp": version.__version__, "source_sha256": version.source_sha256()}
+    if module:
+        record.update(encoding_module=module,
+                      encoding_module_sha256=version.module_sha256(module))
+    return record
+
+
+def code_text(record: dict | None) -> str:
+    """A code record in a line: 'posexp 0.1.0 (source 3f2a...)' and the module's."""
+    if not isinstance(record, dict):
+        return "unrecorded"
+    text = f"posexp {record.get('posexp')} (source {str(record.get('source_sha256'))[:12]})"
+    if record.get("encoding_module"):
+        text += (f", {record['encoding_module']} "
+                 f"(source {str(record.get('encoding_module_sha256'))[:12]})")
+    return text
 
 
 def versions() -> dict[str, str]:

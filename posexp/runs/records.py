@@ -5,45 +5,88 @@ what is wrong.  eval.json has one reader, ``read_eval``, for whoever reads it.""
 from __future__ import annotations
 
 import json
+import math
+import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from posexp import scaling
+from posexp.config.bounds import MAX_EVAL_TOKENS, MAX_LENGTH, MAX_SEED, MAX_TOKENS
 from posexp.errors import PosexpError
+from posexp.runs.files import non_finite, require_regular
 from posexp.runs.points import MODES, POINT_KEYS, TASK_POINT_KEYS
 
 SPAN_ARRAYS = ("first", "length", "document")  # a layout in eval.json (spans.Spans.record)
 
 INT, NUM, STR, BOOL, OBJ, LIST = (
     "an integer", "a number", "a string", "true or false", "an object", "a list")
+# Kinds with a range: a number must be one a run can hold, so that nothing downstream (ls,
+# compare, report, the next write) meets a NaN, an infinity, a perplexity of 0 or a length
+# of 10**30.  Bounds are the config's (posexp/config/bounds.py).
+FINITE, NONNEG, POSITIVE, FRACTION = (
+    "a finite number", "a finite number >= 0", "a finite number > 0", "a number in [0, 1]")
+COUNT = "an integer >= 0"
+LENGTH = f"an integer in [1, 2**{MAX_LENGTH.bit_length() - 1}]"
+TOKENS = f"an integer in [1, 2**{MAX_EVAL_TOKENS.bit_length() - 1}]"
+POSITIVE_INT = "an integer >= 1"
+SEED = "an integer in [0, 2**63 - 1]"
+# the kind a value of a ranged kind must be first: 'x' is "not a number", nan "not a finite
+# number > 0"
+_BASE = {**dict.fromkeys((FINITE, NONNEG, POSITIVE, FRACTION), NUM),
+         **dict.fromkeys((COUNT, LENGTH, TOKENS, POSITIVE_INT, SEED), INT)}
+
+
+def _is_int(v: object) -> bool:  # JSON true/false are Python bools, which are ints too
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _finite(v: object) -> bool:
+    return _is_num(v) and math.isfinite(v)
+
+
 _KINDS: dict[str, Callable[[object], bool]] = {
-    # JSON true/false are Python bools, which are ints too: never a length or a count
-    INT: lambda v: isinstance(v, int) and not isinstance(v, bool),
-    NUM: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    INT: _is_int, NUM: _is_num,
     STR: lambda v: isinstance(v, str),
     BOOL: lambda v: isinstance(v, bool),
     OBJ: lambda v: isinstance(v, dict),
     LIST: lambda v: isinstance(v, list),
+    FINITE: _finite,
+    NONNEG: lambda v: _finite(v) and v >= 0,
+    POSITIVE: lambda v: _finite(v) and v > 0,
+    FRACTION: lambda v: _finite(v) and 0 <= v <= 1,
+    COUNT: lambda v: _is_int(v) and 0 <= v <= MAX_TOKENS,
+    LENGTH: lambda v: _is_int(v) and 1 <= v <= MAX_LENGTH,
+    TOKENS: lambda v: _is_int(v) and 1 <= v <= MAX_EVAL_TOKENS,
+    POSITIVE_INT: lambda v: _is_int(v) and 1 <= v <= MAX_TOKENS,
+    SEED: lambda v: _is_int(v) and 0 <= v <= MAX_SEED,
 }
 
 # The keys of each file that report, reproduce and sweep read, and their kinds.  A key may be
 # absent or null unless required; present, it must be of its kind.
 RUN_KINDS = {"status": STR, "reason": STR, "name": STR, "experiment": STR, "encoding": STR,
-             "parent": STR, "seq_len": INT, "seed": INT, "n_params": INT, "steps": INT,
-             "tokens_trained": INT, "device": STR, "model": OBJ, "corpus": OBJ, "versions": OBJ}
-MODEL_KINDS = {"d_model": INT, "n_layer": INT, "n_head": INT}
+             "parent": STR, "seq_len": LENGTH, "seed": SEED, "n_params": POSITIVE_INT,
+             "steps": COUNT, "tokens_trained": COUNT, "device": STR, "model": OBJ,
+             "corpus": OBJ, "versions": OBJ, "weights_sha256": STR, "identity": OBJ,
+             "identity_sha256": STR, "code": OBJ}
+MODEL_KINDS = {"d_model": POSITIVE_INT, "n_layer": POSITIVE_INT, "n_head": POSITIVE_INT}
 CORPUS_KINDS = {"name": STR, "fingerprint": STR, "tokenizer": STR,
-                "tokenizer_fingerprint": STR, "vocab_size": INT, "val_tokens": INT,
-                "task": STR, "max_train_length": INT}
-POINT_KINDS = {"mode": STR, "length": INT, "stride": INT, "first_token": INT, "spans": STR,
-               "documents": INT, "tokens": INT,
-               "applicable": BOOL, "reason": STR, "loss": NUM, "ppl": NUM,
-               "bits_per_token": NUM, "bits_per_byte": NUM, "seconds": NUM,
-               "ppl_low": NUM, "ppl_high": NUM, "block_loss": LIST, "block_tokens": LIST,
-               "rope_scaling": OBJ}
-SCALING_KINDS = {"method": STR, "factor": NUM, **{p.name: NUM for p in scaling.all_params()}}
-POSITION_KINDS = {"mode": STR, "length": INT, "first_token": INT, "spans": STR, "tokens": INT,
-                  "position": LIST, "position_end": LIST, "loss": LIST, "loss_se": LIST}
+                "tokenizer_fingerprint": STR, "vocab_size": POSITIVE_INT, "val_tokens": COUNT,
+                "task": STR, "max_train_length": POSITIVE_INT}
+POINT_KINDS = {"mode": STR, "length": LENGTH, "stride": LENGTH, "first_token": COUNT,
+               "spans": STR, "documents": POSITIVE_INT, "tokens": TOKENS,
+               "applicable": BOOL, "reason": STR, "loss": NONNEG, "ppl": POSITIVE,
+               "bits_per_token": NONNEG, "bits_per_byte": NONNEG, "seconds": NONNEG,
+               "ppl_low": POSITIVE, "ppl_high": POSITIVE, "block_loss": LIST,
+               "block_tokens": LIST, "rope_scaling": OBJ}
+SCALING_KINDS = {"method": STR, "factor": POSITIVE,
+                 **{p.name: FINITE for p in scaling.all_params()}}
+POSITION_KINDS = {"mode": STR, "length": LENGTH, "first_token": COUNT, "spans": STR,
+                  "tokens": TOKENS, "position": LIST, "position_end": LIST, "loss": LIST,
+                  "loss_se": LIST}
 # A task point (data=task): accuracy on the held-out instances of one length (and depth, for
 # passkey), scored as trained or with a RoPE scaling.  exact is the fraction of instances
 # whose every answer token is the model's argmax (teacher forced, which is greedy decoding's
@@ -53,12 +96,13 @@ POSITION_KINDS = {"mode": STR, "length": INT, "first_token": INT, "spans": STR, 
 # same instances; instances_sha256 the hash of those instances (data.tasks.instances_sha256),
 # so that two runs' points are seen to score the same ones.  Identified by TASK_POINT_KEYS and
 # rope_scaling (points.task_point_key).
-TASK_POINT_KINDS = {"task": STR, "length": INT, "depth": NUM, "count": INT, "eval_seed": INT,
-                    "tokens": INT, "applicable": BOOL, "reason": STR, "exact": NUM,
-                    "exact_low": NUM, "exact_high": NUM, "token_acc": NUM, "token_acc_low": NUM,
-                    "token_acc_high": NUM, "answer_loss": NUM, "chance_exact": NUM,
-                    "chance_token": NUM, "seconds": NUM, "rope_scaling": OBJ,
-                    "instances_sha256": STR}
+TASK_POINT_KINDS = {"task": STR, "length": POSITIVE_INT, "depth": FRACTION,
+                    "count": POSITIVE_INT, "eval_seed": SEED, "tokens": COUNT,
+                    "applicable": BOOL, "reason": STR, "exact": FRACTION,
+                    "exact_low": FRACTION, "exact_high": FRACTION, "token_acc": FRACTION,
+                    "token_acc_low": FRACTION, "token_acc_high": FRACTION,
+                    "answer_loss": NONNEG, "chance_exact": FRACTION, "chance_token": FRACTION,
+                    "seconds": NONNEG, "rope_scaling": OBJ, "instances_sha256": STR}
 # identity keys the report reads (labels, table columns), beyond being compared
 IDENTITY_KINDS = {"encoding.name": STR, "train.seq_len": INT, "seed": INT,
                   "model.d_model": INT, "model.n_layer": INT, "model.n_head": INT,
@@ -76,8 +120,10 @@ def check_fields(file: Path, where: str, obj: object, kinds: dict[str, str],
             raise PosexpError(f"{file} is damaged: {where}no {key!r}")
     for key, kind in kinds.items():
         value = obj.get(key)
-        if value is not None and not _KINDS[kind](value):
-            raise PosexpError(f"{file} is damaged: {where}{key!r} is {value!r:.40}, not {kind}")
+        for must in (_BASE.get(kind, kind), kind):
+            if value is not None and not _KINDS[must](value):
+                raise PosexpError(f"{file} is damaged: {where}{key!r} is {value!r:.40}, "
+                                  f"not {must}")
 
 
 def _check_blocks(file: Path, where: str, p: dict) -> None:
@@ -87,10 +133,19 @@ def _check_blocks(file: Path, where: str, p: dict) -> None:
     if loss is None and tokens is None:
         return
     if not (isinstance(loss, list) and isinstance(tokens, list) and len(loss) == len(tokens)
-            and loss and all(_KINDS[NUM](x) for x in loss)
+            and loss and all(_KINDS[NONNEG](x) for x in loss)
             and all(_KINDS[INT](n) and n > 0 for n in tokens) and sum(tokens) == p["tokens"]):
         raise PosexpError(f"{file} is damaged: {where}block_loss and block_tokens are not "
-                          f"lists of one length whose token counts add up to {p['tokens']}")
+                          f"lists of one length whose token counts add up to {p['tokens']} "
+                          "(and losses finite, >= 0)")
+
+
+def _check_order(file: Path, where: str, p: dict, low: str, high: str) -> None:
+    """An interval's ends come in order, and both or neither are there."""
+    a, b = p.get(low), p.get(high)
+    if (a is None) != (b is None) or (a is not None and a > b):
+        raise PosexpError(f"{file} is damaged: {where}{low!r} ({a!r:.20}) and {high!r} "
+                          f"({b!r:.20}) are not an interval, low <= high")
 
 
 def _check_task_points(file: Path, tasks: list) -> None:
@@ -103,26 +158,38 @@ def _check_task_points(file: Path, tasks: list) -> None:
                           ("method", "factor"))
         if p["applicable"]:
             check_fields(file, where, p, {}, ("exact", "token_acc", "answer_loss"))
+            for name in ("exact", "token_acc"):
+                _check_order(file, where, p, f"{name}_low", f"{name}_high")
 
 
 def read_eval(file: Path) -> dict:
     """eval.json: its curve points, per-position records and task points (empty when there
     is no file yet), every key checked; a PosexpError naming the file when it is damaged."""
-    if not file.exists():
+    if not os.path.lexists(file):
         return {"curve": [], "per_position": [], "tasks": [], "spans": {}}
+    require_regular(file)  # a FIFO would block the read
     try:
         data = json.loads(file.read_text())
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:  # RecursionError: nested past the stack
         raise PosexpError(f"{file} is unreadable: {e}") from None
     check_fields(file, "", data, {"curve": LIST, "per_position": LIST, "tasks": LIST,
-                                  "spans": OBJ}, ("curve",))
+                                  "spans": OBJ, "code": OBJ}, ("curve",))
     for key, empty in (("per_position", []), ("tasks", []), ("spans", {})):
         data[key] = data.get(key) or empty
     _check_task_points(file, data["tasks"])
     _check_spans(file, data["spans"])
     _check_curve(file, data["curve"], data["spans"])
     _check_per_position(file, data["per_position"])
+    check_finite(file, data)
     return data
+
+
+def check_finite(file: Path, data: object) -> None:
+    """No NaN or infinity anywhere in a file's JSON (json reads them; no JSON writer may
+    write them back, so one would make every later write of the file fail)."""
+    found = non_finite(data)
+    if found:
+        raise PosexpError(f"{file} is damaged: {found}, not a finite number")
 
 
 def _check_spans(file: Path, layouts: dict) -> None:
@@ -137,7 +204,7 @@ def _check_spans(file: Path, layouts: dict) -> None:
                               "lists of one length of non-negative integers")
         check_fields(file, where, record, {"compression": OBJ})
         check_fields(file, f"{where}compression: ", record.get("compression") or {},
-                     {"zlib": NUM, "xz": NUM})
+                     {"zlib": NONNEG, "xz": NONNEG})
 
 
 def _check_curve(file: Path, curve: list, layouts: dict) -> None:
@@ -156,8 +223,12 @@ def _check_curve(file: Path, curve: list, layouts: dict) -> None:
         if p.get("rope_scaling") is not None:
             check_fields(file, f"{where}rope_scaling: ", p["rope_scaling"], SCALING_KINDS,
                          ("method", "factor"))
+        if p["stride"] > p["length"]:
+            raise PosexpError(f"{file} is damaged: {where}'stride' ({p['stride']}) is longer "
+                              f"than its window ('length' {p['length']})")
         if p["applicable"]:
             check_fields(file, where, p, {}, ("loss", "ppl"))
+            _check_order(file, where, p, "ppl_low", "ppl_high")
             _check_blocks(file, where, p)
 
 
@@ -168,9 +239,10 @@ def _check_per_position(file: Path, records: list) -> None:
                                                       "loss"))
         columns = (p["position"], p["position_end"], p["loss"])
         se = p.get("loss_se")
-        if len({len(c) for c in columns}) > 1 or not all(_KINDS[NUM](x) for c in columns
+        if len({len(c) for c in columns}) > 1 or not all(_KINDS[NONNEG](x) for c in columns
                                                           for x in c) \
                 or (se is not None and (len(se) != len(p["loss"])
-                                        or not all(x is None or _KINDS[NUM](x) for x in se))):
+                                        or not all(x is None or _KINDS[NONNEG](x) for x in se))):
             raise PosexpError(f"{file} is damaged: {where}position, position_end, loss and "
-                              "loss_se are not lists of numbers of one length")
+                              "loss_se are not lists of numbers of one length (each finite "
+                              "and >= 0)")

@@ -5,6 +5,7 @@ directory cannot stop a report of the others."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from posexp.runs.records import (
     MODEL_KINDS,
     RUN_KINDS,
     check_fields,
+    check_finite,
     read_eval,
 )
 from posexp.runs.store import Run
@@ -114,9 +116,9 @@ class RunResult:
 def read_identity(run: Run, info: dict) -> dict:
     """The identity of the run in config.yaml, which must agree with what run.json says."""
     file = run.path / CONFIG
-    if not file.is_file():
+    if not os.path.lexists(file):
         raise PosexpError(f"{file} does not exist")
-    ident = run.identity()
+    ident = run.check_identity(info)  # config.yaml is still what the run was trained as
     check_fields(file, "", ident, IDENTITY_KINDS, ("encoding.name", "train.seq_len"))
     for key, field_name in (("encoding.name", "encoding"), ("train.seq_len", "seq_len"),
                             ("seed", "seed")):
@@ -131,7 +133,7 @@ def read_identity(run: Run, info: dict) -> dict:
 
 def read_points(file: Path) -> dict:
     """A completed run's eval.json (records.read_eval): it exists and holds points."""
-    if not file.is_file():
+    if not os.path.lexists(file):
         raise PosexpError(f"{file} does not exist")
     data = read_eval(file)
     if not data["curve"] and not data["tasks"]:
@@ -145,12 +147,13 @@ def load_run(path: Path) -> RunResult:
     or eval.json is unreadable, or holds a key missing or of another type, with status
     "damaged"; a directory without run.json with status "missing".  Never raises for a
     damaged run."""
-    if not (path / RUN).is_file():
+    if not os.path.lexists(path / RUN):
         return RunResult(path, {"status": MISSING, "reason": f"{path / RUN} does not exist"})
     run = Run(path)
     try:
-        info = run.info()
+        info = run.info()  # a FIFO or a directory there: damaged, never opened
         check_fields(path / RUN, "", info, RUN_KINDS, ("status",))
+        check_finite(path / RUN, info)
         for key, kinds in (("model", MODEL_KINDS), ("corpus", CORPUS_KINDS)):
             if info.get(key) is not None:
                 check_fields(path / RUN, f"{key}: ", info[key], kinds)
@@ -169,13 +172,26 @@ def load_run(path: Path) -> RunResult:
 
 def run_dirs(root: Path) -> list[Path]:
     """Every directory below ``root`` that holds a run.json, except inside a dot-directory
-    (runs moved aside to .replaced/, .locks/) or a W&B folder (wandb/)."""
-    found = []
-    for file in sorted(root.rglob(RUN)):
-        parts = file.relative_to(root).parts[:-1]
-        if not any(part.startswith(".") or part == "wandb" for part in parts):
-            found.append(file.parent)
-    return found
+    (runs moved aside to .replaced/, .locks/) or a W&B folder (wandb/).  A symbolic link to
+    a run, or to a directory of runs, is followed: its runs are listed under the link's
+    path, each run once -- by its real path, found first without following links, so a
+    link to a run that is under ``root`` anyway adds nothing, and a link that loops back
+    is not walked again."""
+    found: dict[str, Path] = {}
+    for follow in (False, True):
+        walked: set[str] = set()
+        for top, dirs, files in os.walk(root, followlinks=follow):
+            real = os.path.realpath(top)
+            if real in walked:  # a link back up, or a second link to one directory
+                dirs[:] = []
+                continue
+            walked.add(real)
+            dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "wandb")
+            if RUN in files:
+                found.setdefault(real, Path(top))
+                if follow:  # a link is followed to runs, not into what a run links to
+                    dirs[:] = []
+    return sorted(found.values())
 
 
 def split_runs(results: list[RunResult]) -> tuple[list[RunResult], list[RunResult]]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import hashlib
 import io
 import json
 import os
@@ -32,6 +33,7 @@ from filelock import FileLock, Timeout
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from posexp.config.identity import LEGACY, identity_diff
 from posexp.config.identity import identity as config_identity
 from posexp.errors import PosexpError, UsageError, first_line
 from posexp.runs.files import (
@@ -43,7 +45,11 @@ from posexp.runs.files import (
     atomic_write,
     atomic_write_json,
     atomic_write_text,
+    code_record,
+    code_text,
+    is_regular,
     now,
+    require_regular,
     shorten,
 )
 from posexp.runs.points import point_key, point_scaling, region, task_point_key
@@ -56,6 +62,7 @@ class Run:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._eval_afresh = False  # the next write_eval starts eval.json anew (restart_eval)
 
     @classmethod
     def create(cls, path: Path, cfg: DictConfig) -> Run:
@@ -71,7 +78,10 @@ class Run:
         run = cls(path)
         # config.yaml first: a run.json is never left without the config it belongs to
         atomic_write_text(path / CONFIG, OmegaConf.to_yaml(cfg, resolve=True))
-        run.write_info({"status": "running", "started_at": now()})
+        ident = run.identity()  # as config.yaml holds it: what every later open compares
+        run.write_info({"status": "running", "started_at": now(), "identity": ident,
+                        "identity_sha256": identity_sha256(ident),
+                        "code": code_record(encoding_module(cfg))})
         for name in (EVAL, CHECKPOINT, METRICS):
             (path / name).unlink(missing_ok=True)
         return run
@@ -79,12 +89,12 @@ class Run:
     def previous(self) -> tuple[dict, dict] | None:
         """(run.json, identity) of a run already here, or None if there is none.  A damaged
         one is a PosexpError naming the file: it is not ours to overwrite."""
-        if not (self.path / RUN).exists():
+        if not os.path.lexists(self.path / RUN):
             return None
         info = self.info()
         if not isinstance(info.get("status"), str):
             raise PosexpError(f"{self.path / RUN} is damaged (no status)")
-        return info, self.identity()
+        return info, self.check_identity(info)
 
     def move_aside(self) -> Path:
         """Move this run to <experiment>/.replaced/<name>-<UTC time>, keeping every file;
@@ -106,8 +116,11 @@ class Run:
     def lock(self) -> Iterator[None]:
         """Hold this run's lock: one writer (train, resume, eval) at a time.  The lock is an
         OS file lock, so one left by a killed process never blocks; beside it a small file
-        names the holder, for the message a second process gets."""
-        lock_file = self.path.parent / ".locks" / f"{self.path.name}.lock"
+        names the holder, for the message a second process gets.  The lock is keyed on the
+        resolved directory, so a symbolic link to the run, ``.`` from inside it or a
+        relative path all take the same lock, in <experiment>/.locks/, never inside the run."""
+        real = self.path.resolve()
+        lock_file = real.parent / ".locks" / f"{real.name}.lock"
         holder = lock_file.with_suffix(".holder")
         try:
             lock_file.parent.mkdir(parents=True, exist_ok=True)
@@ -119,6 +132,8 @@ class Run:
             lock.acquire()
         except Timeout:
             try:
+                if not is_regular(holder):  # a FIFO there would block the read
+                    raise ValueError("not a regular file")
                 who = json.loads(holder.read_text())
                 by = (f" by pid {who['pid']} on {who['host']} ({who['command']}, since "
                       f"{who['since']})")
@@ -143,7 +158,7 @@ class Run:
         for tmp in self.path.glob(".*.tmp"):
             tmp.unlink(missing_ok=True)
         records = []
-        if (self.path / METRICS).exists():
+        if is_regular(self.path / METRICS):  # anything else holds no records to keep
             for line in (self.path / METRICS).read_text(errors="replace").splitlines():
                 try:
                     record = json.loads(line)
@@ -154,23 +169,38 @@ class Run:
                     records.append(line + "\n")
         atomic_write_text(self.path / METRICS, "".join(records))
         (self.path / EVAL).unlink(missing_ok=True)
-        self.update(status="running", reason=None, resumed_at=now(), resumed_from_step=step)
+        info = self.info()
+        code = code_record(encoding_module(cfg))
+        codes = info.get("resumed_code") if isinstance(info.get("resumed_code"), list) else []
+        if isinstance(info.get("code"), dict) and code != info["code"]:
+            codes = [*codes, code]  # the codes that trained it, beside the one it started with
+        self.update(status="running", reason=None, resumed_at=now(), resumed_from_step=step,
+                    **({"resumed_code": codes} if codes else {}))
 
     @classmethod
     def open(cls, path: Path) -> Run:
-        """An existing run, for ``posexp eval``; a directory that is not one is a usage error."""
+        """An existing run, for ``posexp eval`` and ``posexp.load_model``; a directory that
+        is not one is a usage error, one whose config.yaml was edited since it started or
+        whose encoding module has changed is refused (check_identity, check_code)."""
         if not path.is_dir():
             raise UsageError(f"{path} is not a directory")
-        missing = [n for n in (CONFIG, RUN, CHECKPOINT) if not (path / n).is_file()]
+        missing = [n for n in (CONFIG, RUN, CHECKPOINT) if not os.path.lexists(path / n)]
         if missing:
             raise UsageError(f"{path} is not a finished posexp run (missing {', '.join(missing)})")
-        return cls(path)
+        for name in (CONFIG, RUN, CHECKPOINT):
+            require_regular(path / name)
+        run = cls(path)
+        info = run.info()
+        run.check_identity(info)
+        run.check_code(info, encoding_module(run.config()))
+        return run
 
     # --- run.json -----------------------------------------------------------------------
     def info(self) -> dict:
+        require_regular(self.path / RUN)
         try:
             info = json.loads((self.path / RUN).read_text())
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, RecursionError) as e:
             raise PosexpError(f"{self.path / RUN} is unreadable: {e}") from None
         if not isinstance(info, dict):
             raise PosexpError(f"{self.path / RUN} is damaged: not a JSON object")
@@ -190,6 +220,7 @@ class Run:
 
     # --- files --------------------------------------------------------------------------
     def config(self) -> DictConfig:
+        require_regular(self.path / CONFIG)
         try:
             cfg = OmegaConf.load(self.path / CONFIG)
         except (OSError, ValueError, OmegaConfBaseException, yaml.YAMLError) as e:
@@ -206,6 +237,48 @@ class Run:
         except Exception as e:  # a key missing or of another type: whatever OmegaConf raises
             raise PosexpError(f"{self.path / CONFIG}: cannot tell the run's identity: "
                               f"{first_line(e)}") from None
+
+    def check_identity(self, info: dict) -> dict:
+        """The identity of config.yaml, after checking that it is the one run.json recorded
+        when the run started: a config.yaml edited since (``base: 3.0``, ``lr: 0.5``) would
+        have the run scored or resumed as something it was not trained as.  A run started
+        before posexp recorded identities has no record and is taken as it is (no record is
+        added: posexp cannot vouch for a config.yaml it did not see written).  A key posexp
+        added to identities since, at the value older runs trained with (LEGACY), is no
+        change."""
+        current = self.identity()
+        recorded, digest = info.get("identity"), info.get("identity_sha256")
+        if recorded is None and digest is None:
+            return current
+        if not isinstance(recorded, dict) or digest != identity_sha256(recorded):
+            raise PosexpError(f"{self.path / RUN} is damaged: its identity record does not "
+                              "match its identity_sha256")
+        ours = {k: v for k, v in current.items()
+                if k in recorded or k not in LEGACY or LEGACY[k] != v}
+        differ = identity_diff(recorded, ours)  # by value, as existing runs are compared:
+        if differ:  # base 10000 and 10000.0 are one identity
+            shown = "; ".join(differ[:3]) + (f"; and {len(differ) - 3} more"
+                                             if len(differ) > 3 else "")
+            raise PosexpError(f"{self.path / CONFIG} is not the config this run was trained "
+                              f"with: it was edited after the run started ({shown}); put "
+                              "the values back")
+        return current
+
+    def check_code(self, info: dict, module: str | None) -> None:
+        """The encoding module of the user's own that this process runs (``module``) is the
+        source the run started with: its weights were trained by that code, and a score or
+        a resume by other code would not be this run's.  Nothing is compared when run.json
+        predates code records or the source cannot be found."""
+        was = info.get("code") if isinstance(info.get("code"), dict) else {}
+        if not module or not was.get("encoding_module_sha256"):
+            return
+        now_code = code_record(module)
+        if now_code.get("encoding_module_sha256") not in (None, was["encoding_module_sha256"]):
+            raise PosexpError(f"the encoding module {module} has changed since {self.path} "
+                              f"started (source sha256 {was['encoding_module_sha256'][:12]} "
+                              f"then, {now_code['encoding_module_sha256'][:12]} now): its "
+                              "weights belong to the old code; restore the module, or train "
+                              "the run again (train.resume=false moves it aside)")
 
     def log(self, record: dict) -> None:
         try:
@@ -226,8 +299,16 @@ class Run:
         mode, length, stride, scored region and RoPE scaling replaces the old one, a task
         point with the same task_point_key too; others stay beside them.  ``spans`` is the
         (id, record) of the layout the new points name (posexp/spans.py), kept under
-        "spans" beside those of older points."""
-        data = self.read_eval()
+        "spans" beside those of older points.  eval.json's "code" names the code that
+        scored its points: points of other code are never merged in (the run layer sets
+        such an eval.json aside first, saying so; this is the last guard)."""
+        data = {"curve": [], "per_position": [], "tasks": [], "spans": {}} \
+            if self._eval_afresh else self.read_eval()
+        other = self.other_code(data)
+        if other:
+            raise PosexpError(f"{self.path / EVAL} holds points scored by other code "
+                              f"({other}): posexp does not mix them in one run")
+        data["code"] = self.code()
         if spans is not None:
             data["spans"] = {**data["spans"], spans[0]: spans[1]}
         new = {point_key(p) for p in curve}
@@ -247,12 +328,48 @@ class Run:
             ] + [per_position]
         data.update(fields, updated_at=now())
         atomic_write_json(self.path / EVAL, data)
+        self._eval_afresh = False
         return data
 
-    def set_aside_eval(self) -> Path:
-        """Rename a damaged eval.json out of the way (kept for inspection, never read)."""
-        aside = self.path / f"{EVAL}.damaged-{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}"
+    def code(self) -> dict:
+        """The code this process scores this run with (files.code_record)."""
+        return code_record(encoding_module(self.config()))
+
+    def other_code(self, data: dict) -> str | None:
+        """When eval.json (``data``, as read_eval gives it) holds points scored by other code
+        than this process's -- another posexp source or encoding module, or no code recorded
+        (an eval.json of an older posexp) -- the two codes in words; else None.  Whoever adds
+        points first sets such an eval.json aside (restart_eval), saying so."""
+        code = self.code()
+        if not scored_points(data) or data.get("code") == code:
+            return None
+        return f"{code_text(data.get('code'))}; this is {code_text(code)}"
+
+    def restart_eval(self, why: str) -> Path:
+        """Copy eval.json to eval.json.<why>-<UTC time>, whole, and have the next write_eval
+        start it anew: until then eval.json stays as it was, so a command stopped before its
+        first point leaves the run's points where they were, never a run without them."""
+        aside = self._aside_name(why)
+        data = (self.path / EVAL).read_bytes()
+        atomic_write(aside, lambda fh: fh.write(data))
+        self._eval_afresh = True
+        return aside
+
+    def set_aside_eval(self, why: str = "damaged") -> Path:
+        """Rename eval.json out of the way -- damaged, or scored by other code -- to
+        eval.json.<why>-<UTC time>: kept for inspection, never read again."""
+        aside = self._aside_name(why)
         os.replace(self.path / EVAL, aside)
+        return aside
+
+    def _aside_name(self, why: str) -> Path:
+        """eval.json.<why>-<UTC time>, with a count when that is taken."""
+        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        aside = self.path / f"{EVAL}.{why}-{stamp}"
+        for i in range(2, 1000):
+            if not os.path.lexists(aside):
+                break
+            aside = self.path / f"{EVAL}.{why}-{stamp}-{i}"
         return aside
 
     def save_checkpoint(self, state: dict) -> None:
@@ -268,6 +385,7 @@ class Run:
         import torch
 
         path = self.path / CHECKPOINT
+        require_regular(path)  # a FIFO would block the read
         try:
             with path.open("rb") as fh:
                 magic = fh.read(4)
@@ -288,4 +406,57 @@ class Run:
             raise PosexpError(f"cannot load {path}: {first}") from None
         if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
             raise PosexpError(f"cannot load {path}: it holds no model weights")
+        self._check_weights(state["model"])
         return state
+
+    def _check_weights(self, weights: dict) -> None:
+        """The checkpoint holds the weights run.json names (``weights_sha256``, recorded
+        when training ended): a checkpoint copied in from another run, or changed on disk,
+        is never scored, resumed or fine-tuned as this run's.  A run whose run.json has no
+        hash (training not finished, or an older posexp) is taken as it is."""
+        recorded = self.info().get("weights_sha256") if os.path.lexists(self.path / RUN) \
+            else None
+        if recorded is None:
+            return
+        if not isinstance(recorded, str):
+            raise PosexpError(f"{self.path / RUN} is damaged: 'weights_sha256' is "
+                              f"{recorded!r:.40}, not a string")
+        try:
+            found = weights_sha256(weights)
+        except (AttributeError, TypeError, RuntimeError):  # not tensors: not its weights
+            found = "not tensors"
+        if found != recorded:
+            raise PosexpError(f"{self.path / CHECKPOINT} does not hold the weights "
+                              f"{self.path / RUN} names (sha256 {found[:12]}, run.json has "
+                              f"{recorded[:12]}); the run is damaged: restore its checkpoint, "
+                              "or train it again (train.resume=false moves it aside)")
+
+
+def weights_sha256(weights: dict) -> str:
+    """SHA-256 over every tensor of a state dict, name and bytes, in order: equal hashes,
+    equal weights.  The hash run.json's weights_sha256 holds; run.training.state_hash
+    computes the same (tests/unit/test_hardening_runs.py holds them equal)."""
+    import torch  # not at the top: reading runs back (ls, report) never needs it
+
+    digest = hashlib.sha256()
+    for name, tensor in weights.items():
+        digest.update(name.encode())
+        flat = tensor.detach().cpu().contiguous().reshape(-1)  # a 0-dim tensor has no byte view
+        digest.update(flat.view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def encoding_module(cfg: DictConfig) -> str | None:
+    """encoding.module of a run's config: an encoding of the user's own, or None."""
+    encoding = cfg.get("encoding")
+    return encoding.get("module") if isinstance(encoding, DictConfig) else None
+
+
+def identity_sha256(ident: dict) -> str:
+    """SHA-256 of an identity (config.identity), as run.json records it."""
+    return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def scored_points(data: dict) -> bool:
+    """Whether eval.json (records.read_eval) holds any point or per-position record."""
+    return bool(data["curve"] or data["tasks"] or data["per_position"])

@@ -27,7 +27,7 @@ def files_of(run: Path) -> dict[str, int]:
 @pytest.mark.parametrize("args,message", [
     (["train.lr=nan"], "train.lr must be a finite number"),
     (["experiment=../../x"], "experiment must be a plain directory name"),
-    (["train.batch_size=8"], "not both"),
+    (["train.batch_size=8"], "both size the batch"),
 ])
 def test_bad_values_are_refused_before_anything_is_written(posexp_here, tmp_path, args,
                                                            message):

@@ -120,7 +120,7 @@ def test_batch_in_tokens_gives_equal_steps_at_every_length():
 
 
 @pytest.mark.parametrize("args,message", [
-    (["train.batch_size=8"], "not both"),
+    (["train.batch_size=8"], "both size the batch"),
     (["train.batch_tokens=100"], "train.batch_tokens (100) must be a multiple of train.seq_len"),
     (["train.batch_tokens=null"], "set the batch size"),
     (["train.lr=nan"], "train.lr must be a finite number in (0, 1e+06], got nan"),
