@@ -129,7 +129,8 @@ def run_name_override(jobs: list[list[str]]) -> list[str]:
     for key, name in zip(swept, short, strict=True):
         label = name if short.count(name) == 1 else key
         # a config group is named by the option chosen
-        value = f"${{hydra:runtime.choices.{key}}}" if key in GROUPS else f"${{{key}}}"
+        value = f"${{hydra:runtime.choices.{key}}}" if key in GROUPS else \
+            f"${{plain:${{{key}}}}}"
         parts.append(f",{label}={value}")
     return [f"run_name='${{encoding.name}}-L${{train.seq_len}}-s${{seed}}{''.join(parts)}'"]
 

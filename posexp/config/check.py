@@ -35,6 +35,13 @@ DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d{1,4})?")
 PLAIN_NAME = re.compile(r"[\w.,=+-]+")
 
 
+def plain_name(value: object) -> str:
+    """``value`` as a part of a run name: each character a directory name may not hold
+    (PLAIN_NAME) becomes '_' -- a swept data.path of c/a.txt names its runs ...,path=c_a.txt.
+    Two values made alike so are two jobs in one directory, which sweep.plan refuses."""
+    return re.sub(r"[^\w.,=+-]", "_", str(value))
+
+
 def check(cfg: DictConfig) -> None:
     """Reject configs that compose but cannot run, with one line naming the key.  Every
     value is checked -- types by the schema, ranges, bounds on what sizes memory or time,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
-from posexp.config.check import check, check_given
+from posexp.config.check import check, check_given, plain_name
 from posexp.config.check_eval import check_task_eval_key
 from posexp.config.errors import composition_error
 from posexp.config.guards import (
@@ -33,6 +33,8 @@ from posexp.config.schema import Config
 from posexp.errors import PosexpError, UsageError, flat
 
 CONFIG_DIR = str(files("posexp.configs"))
+# ${plain:KEY} in a run name (sweep.run_name_override): a swept value as a directory name
+OmegaConf.register_new_resolver("plain", plain_name, replace=True)
 
 
 @contextlib.contextmanager

@@ -275,16 +275,15 @@ def test_issue_28(case, posexp, posexp_here, tmp_path, monkeypatch):
         case.then(tmp_path, r)
 
 
-@pytest.mark.xfail(strict=True, reason="10: sweep.py names a swept data.path's value as is "
-                                       "(run_name 'rope-L64-s0,path=c/a.txt'); its owner "
-                                       "makes swept values into plain names")
 def test_issue_28_10_a_swept_path_names_its_runs(posexp_here, tmp_path):
     for name in ("a", "b"):
         (tmp_path / "c").mkdir(exist_ok=True)
         (tmp_path / "c" / f"{name}.txt").write_text("words and more words\n" * 4000)
-    r = posexp_here("sweep", "--cfg", "job", "data=text", "data.path=c/a.txt,c/b.txt")
+    r = posexp_here("sweep", "--cfg", "job", "encoding=rope", "data=text",
+                    "data.path=c/a.txt,c/b.txt")
     assert r.returncode == 0, r.stderr
     assert r.stdout.count("# job ") == 2
+    assert "run_name: rope-L64-s0,path=c_a.txt" in r.stdout, r.stdout
 
 
 # --- 8: help imports no torch ---------------------------------------------------------------
