@@ -181,12 +181,7 @@ def sweep(ctx: typer.Context) -> None:
             jobs, extra = plan(a.overrides, a.config_dir, a.config_name,
                                devices="--cfg" not in a.flags)
         if "--cfg" in a.flags:
-            for i, job in enumerate(jobs, 1):
-                typer.echo(f"# job {i}/{len(jobs)}: {' '.join(job.overrides)}")
-                if a.flags["--cfg"] in ("hydra", "all"):
-                    typer.echo(OmegaConf.to_yaml({"hydra": job.hydra}).rstrip())
-                if a.flags["--cfg"] in ("job", "all"):
-                    print_config(job.cfg, a.flags.get("--package"))
+            print_jobs(jobs, a)
             return
     except BaseException as e:
         fail(e)
@@ -202,6 +197,16 @@ def sweep(ctx: typer.Context) -> None:
         summarize([job.cfg for job in jobs])
     except BaseException as e:
         fail(e)
+
+
+def print_jobs(jobs: list, a: Args) -> None:
+    """posexp sweep --cfg job|hydra|all: every planned job's config; nothing runs."""
+    for i, job in enumerate(jobs, 1):
+        typer.echo(f"# job {i}/{len(jobs)}: {' '.join(job.overrides)}")
+        if a.flags["--cfg"] in ("hydra", "all"):
+            typer.echo(OmegaConf.to_yaml({"hydra": job.hydra}).rstrip())
+        if a.flags["--cfg"] in ("job", "all"):
+            print_config(job.cfg, a.flags.get("--package"))
 
 
 def sweep_info(a: Args) -> None:

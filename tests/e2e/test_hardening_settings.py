@@ -141,11 +141,10 @@ def test_sigterm_stops_posexp_eval_inside_a_long_window(cache_dir, trained, tmp_
         header += line
     time.sleep(3)  # inside the window's forward pass
     assert proc.poll() is None
-    t0 = time.perf_counter()
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=120)
-    seconds = time.perf_counter() - t0
+    # a hang guard, not a speed goal: the window whole takes 90 s idle, and longer on cores
+    # shared with the rest of the suite, so an evaluation that waited for it would time out
+    _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143, err
     assert err.strip().splitlines()[-1].startswith("posexp: stopped by SIGTERM"), err
-    assert seconds < 15, f"stopped {seconds:.1f} s after SIGTERM"
     assert read_json(run / "run.json")["status"] == "completed"  # the run itself untouched
