@@ -1,23 +1,30 @@
-"""Choose a setting from a grid of runs by their final training loss, never by the scored
-validation text: writes choice.md into the directory's report.
+"""Choose a setting from a grid of runs by their final training loss, or a task run's exact
+match at n_max, never by what the claims are judged on: writes choice.md into the
+directory's report.
 
     python scripts/choose.py results/ablate-policy --by policy   # one policy for all
     python scripts/choose.py results/lr-sweep --by lr            # each encoding's own lr
+    python scripts/choose.py results/task-recipe --by recipe --score exact   # a task recipe
 
 A run's final training loss is the mean of the training losses it logged over its last 10% of
 tokens (train.log_every: every step's batch at 1, a few batches a point at 5).  Training is
 one pass over the corpus, so it estimates the held-out loss without reading the validation
-split that the claims are judged on.  Per encoding and setting the value is the mean over
-seeds, beside their range; ``--by policy`` chooses the policy (model.init, model.tie_weights)
-whose mean over the encodings is lowest, ``--by lr`` each encoding's learning rate, and says
-when the best lies at an edge of the grid (then the grid is too narrow to call it best).
-ppl(L) on the scored spans is shown beside, for the reader, and chooses nothing.
+split that the claims are judged on.  ``--score exact`` reads a task run's exact match at
+n_max instead (higher is better, ties broken by the loss): whether the recipe learns the task
+in distribution, the learnability gate's measure -- the claims compare lengths past n_max,
+which choose nothing.  Per encoding (and task) and setting the value is the mean over seeds,
+beside their range; ``--by policy`` chooses the policy (model.init, model.tie_weights) whose
+mean over the encodings is best, ``--by lr`` each encoding's learning rate, ``--by recipe``
+its learning rate and batch in tokens, and says when the best lies at an edge of the grid
+(then the grid is too narrow to call it best).  ppl(L) on the scored spans is shown beside,
+for the reader, and chooses nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -25,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from posexp import load_runs
+from posexp.claims.tasks import in_distribution
 
 TAIL = 0.10  # the share of training whose logged losses make the final loss
 
@@ -42,6 +50,9 @@ def final_loss(path: Path) -> float:
 def setting(identity: dict, by: str) -> str:
     if by == "lr":
         return f"{identity['train.lr']:g}"
+    if by == "recipe":  # the batch in tokens, as train.batch_tokens sets it
+        batch = identity["train.batch_size"] * identity["train.seq_len"]
+        return f"lr {identity['train.lr']:g}, batch {batch}"
     tie = "tied" if identity["model.tie_weights"] else "untied"
     return f"{identity.get('model.init', 'gpt2')}-{tie}"
 
@@ -52,59 +63,96 @@ def ppl_at_train_len(run) -> float | None:
     return points[0]["ppl"] if points else None
 
 
-def table(root: Path, by: str) -> str:
+def numbers(label: str) -> tuple[float, ...]:
+    """The numbers of a setting's label, in order: its coordinates in the grid."""
+    return tuple(float(x) for x in re.findall(r"\d+(?:\.\d+)?(?:e-?\d+)?", label))
+
+
+def at_edge(best: str, settings: list[str]) -> bool:
+    """Whether a coordinate of ``best`` (a learning rate, a batch) is the lowest or highest
+    the grid tried: a best at an edge may lie outside it."""
+    grid = [numbers(s) for s in settings]
+    return any(len({g[i] for g in grid}) > 1 and numbers(best)[i] in
+               (min(g[i] for g in grid), max(g[i] for g in grid))
+               for i in range(len(numbers(best))))
+
+
+def scores(root: Path, by: str, score: str) -> tuple[dict, dict, dict, list[int]]:
+    """Per (row, setting): the final losses, the exact matches at n_max (``--score exact``)
+    and ppl(L) of the completed runs, and their seeds; a row is an encoding, or an encoding
+    on a task."""
     runs = [r for r in load_runs(root) if r.status == "completed"]
     loss: dict[tuple[str, str], list[float]] = defaultdict(list)
+    exact: dict[tuple[str, str], list[float]] = defaultdict(list)
     ppl: dict[tuple[str, str], list[float]] = defaultdict(list)
     for r in runs:
-        key = (r.encoding, setting(r.identity, by))
+        key = (f"{r.encoding} on {r.task}" if r.task else r.encoding, setting(r.identity, by))
         loss[key].append(final_loss(r.path))
+        if score == "exact":
+            if (value := in_distribution(r)) is None:
+                raise SystemExit(f"choose.py: {r.path} has no exact match at n_max (a task "
+                                 "run scored at its longest trained length)")
+            exact[key].append(value)
         if (value := ppl_at_train_len(r)) is not None:
             ppl[key].append(value)
-    encodings = list(dict.fromkeys(e for e, _ in sorted(loss)))
-    settings = sorted({s for _, s in loss}, key=lambda s: (float(s) if by == "lr" else s))
+    return loss, exact, ppl, sorted({r.seed for r in runs})
+
+
+def table(root: Path, by: str, score: str = "loss") -> str:
+    loss, exact, ppl, seeds = scores(root, by, score)
+    rows = list(dict.fromkeys(e for e, _ in sorted(loss)))
+    settings = sorted({s for _, s in loss},
+                      key=lambda s: s if by == "policy" else (numbers(s), s))
     mean = {k: float(np.mean(v)) for k, v in loss.items()}
+    # the lower the better: the loss, or (minus the exact match, then the loss)
+    rank = {k: (-float(np.mean(exact[k])), mean[k]) if score == "exact" else (mean[k],)
+            for k in loss}
+    shown = exact if score == "exact" else loss
 
     def cell(key: tuple[str, str], best: bool) -> str:
         if key not in loss:
             return "—"
-        v = loss[key]
+        v = shown[key]
         spread = f" ({min(v):.4f}-{max(v):.4f})" if len(v) > 1 else ""
         p = f"; ppl {np.exp(np.mean(np.log(ppl[key]))):.3f}" if ppl.get(key) else ""
-        text = f"{mean[key]:.4f}{spread}{p}"
+        text = f"{np.mean(v):.4f}{spread}{p}"
         return f"**{text}**" if best else text
 
     lines = [f"| encoding | {' | '.join(settings)} | chosen |",
              f"|---|{'---:|' * len(settings)}---|"]
-    per_encoding = {}
-    for enc in encodings:
-        have = [s for s in settings if (enc, s) in mean]
-        best = min(have, key=lambda s: mean[(enc, s)])
-        per_encoding[enc] = best
-        edge = " (an edge of the grid)" if by == "lr" and best in (settings[0], settings[-1]) \
-            else ""
-        lines.append(f"| {enc} | {' | '.join(cell((enc, s), s == best) for s in settings)} | "
+    for row in rows:
+        best = min((s for s in settings if (row, s) in rank), key=lambda s: rank[(row, s)])
+        edge = " (an edge of the grid)" if by != "policy" and at_edge(best, settings) else ""
+        lines.append(f"| {row} | {' | '.join(cell((row, s), s == best) for s in settings)} | "
                      f"{best}{edge} |")
     if by == "policy":
-        overall = {s: float(np.mean([mean[(e, s)] for e in encodings])) for s in settings
-                   if all((e, s) in mean for e in encodings)}
+        overall = {s: float(np.mean([mean[(e, s)] for e in rows])) for s in settings
+                   if all((e, s) in mean for e in rows)}
         chosen = min(overall, key=overall.get)
         row = " | ".join(f"{overall[s]:.4f}" if s in overall else "—" for s in settings)
         lines.append(f"| mean | {row} | **{chosen}** |")
-    seeds = sorted({r.seed for r in runs})
-    return (f"# Choice by final training loss ({by}), {root}\n\n"
+    what = ("Exact match at n_max (the held-out instances of the longest trained length; "
+            "ties broken by the final training loss)" if score == "exact" else
             f"Final training loss (nats/token; the mean of the losses logged over the last "
-            f"{TAIL:.0%} of tokens), mean over seeds {', '.join(map(str, seeds))} (their range); "
-            "ppl(L) on the scored spans beside it (geometric mean over seeds), which chooses "
-            "nothing. Bold: the lowest loss of each encoding.\n\n" + "\n".join(lines) + "\n")
+            f"{TAIL:.0%} of tokens)")
+    return (f"# Choice by {'exact match at n_max' if score == 'exact' else 'final training loss'}"
+            f" ({by}), {root}\n\n{what}, mean over seeds {', '.join(map(str, seeds))} (their "
+            "range); ppl(L) on the scored spans beside it (geometric mean over seeds), which "
+            "chooses nothing. Bold: the best of each row.\n\n" + "\n".join(lines) + "\n")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("root", type=Path, help="the experiment directory of the grid's runs")
-    parser.add_argument("--by", choices=("policy", "lr"), required=True)
+    parser.add_argument("--by", choices=("policy", "lr", "recipe"), required=True)
+    parser.add_argument("--score", choices=("loss", "exact"), default="loss",
+                        help="final training loss (lowest), or a task run's exact match at "
+                             "n_max (highest)")
     args = parser.parse_args()
-    text = table(args.root, args.by)
+    if args.by == "policy" and args.score == "exact":  # one policy for all is chosen by loss
+        parser.error("--by policy chooses by the mean final loss over the encodings; "
+                     "--score exact chooses per encoding (--by lr or --by recipe)")
+    text = table(args.root, args.by, args.score)
     out = args.root / "report" / "choice.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)

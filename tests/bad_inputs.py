@@ -234,7 +234,8 @@ BAD = [
     (["sweep", "seed=range(0,100000)", "--cfg", "job"], 2,
      ["this sweep has more than 1,001 jobs", "POSEXP_SWEEP_MAX_JOBS"]),
     (["train", "data=task", "task=copy", "train.seq_len=67108864", "train.batch_size=1",
-      "train.tokens=100000000"], 2, ["eval.task_lengths by default are 1-8 x n_max"]),
+      "train.tokens=100000000"], 2,
+     ["eval.task_lengths by default are 1, 1.25, 1.5, 2 and 4 x n_max"]),
     (["train", "train.warmup_tokens=3000000"], 2, ["covers the whole run"]),
     (["train", "train.batch_size=8", "train.batch_tokens=4096"], 2, ["both size the batch"]),
     # values out of range, and sizes bounded by memory and time

@@ -16,7 +16,7 @@ from posexp.config.bounds import (
     MAX_TASK_TOKENS,
 )
 from posexp.config.check_scaling import check_eval_scaling
-from posexp.config.derive import eval_lengths, is_task_run, task_lengths
+from posexp.config.derive import TASK_MULTIPLES_TEXT, eval_lengths, is_task_run, task_lengths
 from posexp.config.schema import EvalMode
 from posexp.data.tasks import TASKS, max_length_within
 from posexp.errors import UsageError
@@ -141,19 +141,20 @@ def check_task_eval(cfg: DictConfig) -> None:
 
 
 def _by_default(cfg: DictConfig) -> str:
-    """' (by default, 1-8 x n_max = ...)' where eval.task_lengths is derived, not given."""
+    """' (by default ...: 1, 1.25, ... x n_max)' where eval.task_lengths is derived, not
+    given."""
     if cfg.eval.get("task_lengths") is not None:
         return ""
-    return f" (by default {', '.join(f'{n:,}' for n in task_lengths(cfg))}: 1-8 x n_max)"
+    return f" (by default {', '.join(f'{n:,}' for n in task_lengths(cfg))}: {TASK_MULTIPLES_TEXT})"
 
 
 def _derived_task_lengths(cfg: DictConfig) -> list[int]:
-    """The task lengths a run would be scored at by default (1-8 x n_max), held to the bound
+    """The task lengths a run would be scored at by default (1-4 x n_max), held to the bound
     a length given in eval.task_lengths is held to: a long train.seq_len makes them long."""
     lengths = task_lengths(cfg)
     if max(lengths) > MAX_TASK_LENGTH:
-        raise UsageError(f"eval.task_lengths by default are 1-8 x n_max, the longest length "
-                         f"that fits in train.seq_len ({cfg.train.seq_len:,}): "
+        raise UsageError(f"eval.task_lengths by default are {TASK_MULTIPLES_TEXT}, the "
+                         f"longest length that fits in train.seq_len ({cfg.train.seq_len:,}): "
                          f"{', '.join(f'{n:,}' for n in lengths)}, past the longest task "
                          f"length posexp scores, {MAX_TASK_LENGTH:,} ({power(MAX_TASK_LENGTH)}); "
                          "set eval.task_lengths=[...], or lower train.seq_len")

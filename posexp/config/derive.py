@@ -4,6 +4,7 @@ config layer calls these; code downstream reads the spec."""
 
 from __future__ import annotations
 
+import math
 import typing
 from pathlib import Path
 
@@ -16,9 +17,12 @@ if typing.TYPE_CHECKING:
     from posexp.data.tasks import Task
 
 # The multiples of the training length a corpus run is scored at, and of the longest task
-# length a task run trained on, when the config does not list its lengths.
+# length a task run trained on, when the config does not list its lengths.  A task's are
+# dense just past n_max, where the length-generalization literature finds the differences
+# between encodings (Zhou et al. 2024; Ruoss et al. 2023): most fail by 2 x n_max.
 EVAL_MULTIPLES = (1, 2, 4, 8, 16)
-TASK_MULTIPLES = (1, 2, 4, 8)
+TASK_MULTIPLES = (1, 1.25, 1.5, 2, 4)
+TASK_MULTIPLES_TEXT = "1, 1.25, 1.5, 2 and 4 x n_max"
 
 
 def is_task_run(cfg: DictConfig) -> bool:
@@ -49,11 +53,14 @@ def task_max_length(cfg: DictConfig) -> int:
 
 
 def task_lengths(cfg: DictConfig) -> list[int]:
-    """The task lengths a data=task run is scored at: eval.task_lengths, by default 1, 2, 4
-    and 8 x n_max (task_max_length)."""
+    """The task lengths a data=task run is scored at: eval.task_lengths, by default
+    TASK_MULTIPLES x n_max (task_max_length), each rounded up -- so that every multiple
+    above 1 is a length past n_max -- and each length once (a small n_max makes some
+    equal)."""
     lengths = cfg.eval.get("task_lengths")
     if lengths is None:
-        return [task_max_length(cfg) * k for k in TASK_MULTIPLES]
+        n_max = task_max_length(cfg)
+        return sorted({math.ceil(n_max * k) for k in TASK_MULTIPLES})
     return list(lengths)
 
 
@@ -102,7 +109,7 @@ def encoding_hparams(cfg: DictConfig) -> dict:
 
 def resolve(cfg: DictConfig) -> DictConfig:
     """The config with every derived value filled in -- the one place they are decided:
-    eval.lengths (1-16 x seq_len), eval.task_lengths of a task run (1-8 x n_max),
+    eval.lengths (1-16 x seq_len), eval.task_lengths of a task run (1-4 x n_max),
     model.d_ff (4 x d_model), encoding.max_positions
     (seq_len) and train.batch_size (batch_tokens / seq_len, unless given).  Idempotent;
     ``cfg`` is checked."""

@@ -131,7 +131,7 @@ class TaskConfig:
     identity; the rest says how the run is evaluated, and is recorded in each task point."""
 
     name: str = MISSING  # a task of posexp/data/tasks (TASKS)
-    eval_count: int = 200  # held-out instances per length (and depth)
+    eval_count: int = 500  # held-out instances per length (and depth)
     eval_seed: int = 0  # seeds the held-out instances (data.tasks.heldout)
     depths: list[float] = field(default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0])  # passkey
 
@@ -172,7 +172,7 @@ class EvalConfig:
     batch_tokens: int = 32_768  # tokens per forward pass
     per_position_buckets: int = 4  # per doubling of position (evaluate.bucket_edges)
     rope_scaling: EvalScalingConfig = field(default_factory=EvalScalingConfig)
-    # data=task: the task lengths scored; default 1, 2, 4, 8 x the longest length trained on
+    # data=task: the task lengths scored; default 1, 1.25, 1.5, 2, 4 x the longest trained on
     task_lengths: list[int] | None = None
 
 

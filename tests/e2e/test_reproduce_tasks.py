@@ -38,7 +38,8 @@ def test_the_tasks_preset_end_to_end(posexp_here, tmp_path):
     tiny["thresholds"].update(tasks=["copy"], randomized=["rope"])
     tiny["overrides"] = [o for o in tiny["overrides"] if not o.startswith(("model.", "train."))] + [
         "model.d_model=32", "model.n_layer=1", "model.n_head=2", "train.seq_len=16",
-        "train.tokens=4096", "train.batch_tokens=128", "task.eval_count=20"]
+        "train.tokens=4096", "train.batch_tokens=128", "train.warmup_tokens=512",
+        "task.eval_count=20"]
     tiny["runs"] = [run for run in tiny["runs"] if "task=copy" in run]
     (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(tiny))
     r = posexp_here("reproduce", "--preset", str(tmp_path / "tiny.yaml"),

@@ -109,8 +109,9 @@ REFUSED = [
     ("task lengths derived past the bound",
      ["train", "data=task", "task=copy", "train.seq_len=67108864", "train.batch_size=1",
       "train.tokens=100000000"], {},
-     ["eval.task_lengths by default are 1-8 x n_max", "past the longest task length posexp "
-      "scores, 1,048,576 (2**20)", "set eval.task_lengths=[...]"]),
+     ["eval.task_lengths by default are 1, 1.25, 1.5, 2 and 4 x n_max",
+      "past the longest task length posexp scores, 1,048,576 (2**20)",
+      "set eval.task_lengths=[...]"]),
     ("the batch given twice", ["train", "train.batch_size=8", "train.batch_tokens=2048"], {},
      ["train.batch_tokens=2048 and train.batch_size=8 both size the batch"]),
     ("a warm-up longer than the run", ["train", "train.warmup_tokens=3000000"], {},

@@ -10,7 +10,7 @@ from posexp import config as C
 from posexp import stats
 from posexp.claims import verdicts
 from posexp.claims.base import FAILS, HOLDS, INCONCLUSIVE, UNMEASURED
-from posexp.claims.preset import load_preset
+from posexp.claims.preset import load_preset, preset_runs
 from posexp.config import compose_overrides
 from posexp.data.tasks import binomial_interval
 from posexp.runs import load_runs
@@ -188,11 +188,26 @@ def test_claims_compare_only_the_same_instances(tmp_path):
 
 
 def test_the_tasks_presets_hold_the_claims_of_the_issue():
+    """Issue #26: copy, reverse and addition in a format of the literature, every arm under
+    the corpus suites' policy at its own learning rate, judged on exact match only where
+    it is learned."""
+    addition = {"tasks": "addition_reversed", "tasks-gpu": "addition_hints"}
     for name in ("tasks", "tasks-gpu"):
         preset = load_preset(name)[0]
         assert preset.claims == "tasks" and len(preset.seeds) == 3
-        assert set(preset.thresholds.tasks) == {"copy", "reverse", "addition"}
+        assert set(preset.thresholds.tasks) == {"copy", "reverse", addition[name]}
         assert set(preset.thresholds.absolute) == {"learned", "sinusoidal"}
+        assert (preset.thresholds.metric, preset.thresholds.learned) == ("exact", 0.9)
+        assert {"model.init=torch", "model.tie_weights=false"} <= set(preset.overrides)
+        encodings = {o.split("=")[1] for run in preset.runs for o in run
+                     if o.startswith("encoding=")}
+        assert encodings == {"nope", "learned", "sinusoidal", "rope", "alibi"}
+        assert set(preset.learning_rates) == encodings
+        for run in preset_runs(preset):
+            cfg = C.resolve(compose_overrides([*preset.overrides, *run]))
+            assert cfg.train.lr == preset.learning_rates[cfg.encoding.name]
+            assert cfg.train.batch_size * cfg.train.seq_len in (512, 2048)  # small steps
+            assert cfg.train.warmup_tokens > 0 and cfg.task.eval_count == 500
 
 
 def test_a_length_no_run_could_score_is_left_out(tmp_path):

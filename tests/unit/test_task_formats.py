@@ -2,6 +2,9 @@
 independent solver on the printed instance: parse the prompt as a person reads it, solve it,
 and compare with the answer the generator wrote."""
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -81,3 +84,15 @@ def test_the_printed_examples_of_the_docstrings():
         "#0 7 #1 5 + #0 8 #1 6 | #0 5 #1 2 #2 1 .")
     assert decode(TASKS["reverse_hints"].make(encode("a b"), start=4).tokens) == (
         "#4 a #5 b | #5 b #4 a .")
+
+
+def test_the_readme_prints_what_its_instance_printer_prints(capsys):
+    """The README's instance printer, run as it stands, prints the block below it: one
+    instance of each format, as the generators write it now."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme[readme.index("A task's held-out instances"):]
+    code, shown = re.findall(r"```(?:python)?\n(.*?)```", section, re.S)[:2]
+    exec(code, {})  # the README's own snippet
+    assert capsys.readouterr().out == shown
+    assert all(f"\n{name} " in f"\n{shown}" for name in
+               ("addition_reversed", "copy_hints", "reverse_hints", "addition_hints"))

@@ -220,7 +220,16 @@ def test_the_identity_holds_the_task_and_not_its_evaluation():
 def test_task_lengths_default_to_multiples_of_the_longest_trained():
     cfg = C.resolve(compose(["data=task", "task=copy", "train.seq_len=32"]))
     assert derive.task_max_length(cfg) == 15
-    assert list(cfg.eval.task_lengths) == [15, 30, 60, 120]
+    # 1, 1.25, 1.5, 2, 4 x 15 rounded up: 18.75 and 22.5 become lengths past n_max
+    assert list(cfg.eval.task_lengths) == [15, 19, 23, 30, 60]
+    assert cfg.task.eval_count == 500
+
+
+def test_default_task_lengths_are_each_listed_once_past_n_max():
+    """n_max = 1 (copy at seq_len 4): 1.25 and 1.5 x 1 both round up to 2, listed once."""
+    cfg = C.resolve(compose(["data=task", "task=copy", "train.seq_len=4"]))
+    assert derive.task_max_length(cfg) == 1
+    assert list(cfg.eval.task_lengths) == [1, 2, 4]
 
 
 def test_a_sweep_over_tasks_names_each_run_by_its_task(tmp_path):
@@ -230,6 +239,20 @@ def test_a_sweep_over_tasks_names_each_run_by_its_task(tmp_path):
     assert sorted(j.cfg.run_name for j in jobs) == [
         "alibi-L64-s0,task=copy", "alibi-L64-s0,task=reverse", "nope-L64-s0,task=copy",
         "nope-L64-s0,task=reverse"]
+
+
+def test_the_task_recipe_sweep_plans_each_encoding_at_each_rate_and_batch(tmp_path):
+    C.register()
+    jobs, _ = plan_sweep(["sweep=task-recipe", "data=task", "task=copy", "device=cpu",
+                          f"results_dir={tmp_path}", "--cfg", "job"])
+    grid = {(j.cfg.encoding.name, j.cfg.train.lr, j.cfg.train.batch_tokens) for j in jobs}
+    assert len(jobs) == len(grid) == 5 * 3 * 2
+    assert {e for e, _, _ in grid} == {"nope", "learned", "sinusoidal", "rope", "alibi"}
+    assert len({j.cfg.run_name for j in jobs}) == 30
+    # the tasks preset's scale, which it composes from this file
+    cfg = jobs[0].cfg
+    assert (cfg.model.d_model, cfg.model.n_layer, cfg.train.seq_len, cfg.task.name) == (
+        64, 4, 32, "copy")
 
 
 def test_the_interval_of_a_difference_adds_the_distances_in_quadrature():
