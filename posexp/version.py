@@ -44,6 +44,14 @@ def source_sha256() -> str:
 
 
 @functools.cache
+def package_sha256() -> str:
+    """SHA-256 of every module of posexp, PRESENTATION's too: what a committed report's
+    verdicts were judged and written by (a claim's test is code too, and changes a verdict
+    without changing a run's numbers)."""
+    return _hash_files(sorted(SOURCE.rglob("*.py")), SOURCE)
+
+
+@functools.cache
 def module_sha256(module: str) -> str | None:
     """SHA-256 of the source of ``module`` (encoding.module, an encoding of the user's own):
     its file, or every .py file of it when it is a package; None when posexp cannot find

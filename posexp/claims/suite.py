@@ -7,6 +7,7 @@ that needs it is "not measured"."""
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from collections.abc import Callable
 from dataclasses import asdict
@@ -18,6 +19,7 @@ from posexp.claims.base import HOLDS, SLIDING, Verdict, correct
 from posexp.claims.preset import (
     DEFAULT_SET,
     load_preset,
+    preset_path,
     preset_runs,
     preset_seeds,
     report_dir,
@@ -27,6 +29,7 @@ from posexp.claims.registry import CLAIM_SETS, ClaimSet
 from posexp.config import RunSpec, check, compose
 from posexp.errors import PosexpError, UsageError, first_line
 from posexp.report import check_report_dir, write_report
+from posexp.report.tasks import EXACT
 from posexp.runs import MISSING, RunResult, atomic_write_json, atomic_write_text, load_run
 from posexp.runs import split_runs as split
 
@@ -114,6 +117,7 @@ def reproduce(name: str, results_dir: Path, config_dir: str | None = None) -> li
     report and verdicts; ``config_dir`` adds config files as --config-dir does.  After the
     report, a PosexpError says how many runs failed."""
     preset, claim_set = load_preset(name)
+    made = provenance(name)  # the preset as read, before hours of training
     sections = claim_set.sections(preset)
     seeds = preset_seeds(preset, name)
     report = report_dir(preset, name)
@@ -137,16 +141,24 @@ def reproduce(name: str, results_dir: Path, config_dir: str | None = None) -> li
             r = RunResult(path, {"status": "not started", "reason": failed[path]})
         results.append(r)
     runs, not_done = split(results)
-    write_report(runs, not_done, out, f"posexp reproduce --preset {name}")
+    write_report(runs, not_done, out, f"posexp reproduce --preset {name}",
+                 task_metrics=judged_metrics(preset))
     # a run that failed after it completed (scoring its sliding points) is in the report, but
     # its claims are not measured
     rows = verdicts([r for r in runs if r.path not in failed], preset, n_tokens.pop())
-    write_verdicts(out, name, preset, claim_set, sections, rows, runs, failed, seeds)
+    write_verdicts(out, name, preset, claim_set, sections, rows, runs, failed, seeds, made)
     print(f"\n{terminal_verdicts(rows)}\n\nreport: {out}")
     if failed:
         raise PosexpError(f"{len(failed)} of {len(configs) + len(tunes)} runs failed; their "
                           "claims are not measured")
     return rows
+
+
+def judged_metrics(preset: DictConfig) -> tuple[str, ...]:
+    """The task accuracy the report shows: the one the verdicts compare (a tasks preset's
+    thresholds.metric), so that its tables and figures show what was judged; else exact
+    match."""
+    return (str(preset.thresholds.get("metric") or EXACT),)
 
 
 def verdicts(runs: list[RunResult], preset: DictConfig, n_tokens: int) -> list[Verdict]:
@@ -158,8 +170,8 @@ def verdicts(runs: list[RunResult], preset: DictConfig, n_tokens: int) -> list[V
 
 def write_verdicts(out: Path, name: str, preset: DictConfig, claim_set: ClaimSet,
                    sections: list, rows: list[Verdict], runs: list[RunResult],
-                   failed: dict[Path, str], seeds: list[int]) -> None:
-    """verdicts.md and verdicts.json beside the report."""
+                   failed: dict[Path, str], seeds: list[int], made: dict) -> None:
+    """verdicts.md and verdicts.json beside the report; ``made``: provenance's record."""
     devices = ", ".join(sorted({str(r.info.get("device", "?")) for r in runs})) or "?"
     by_section, start = [], 0
     for title, section in sections:
@@ -167,11 +179,35 @@ def write_verdicts(out: Path, name: str, preset: DictConfig, claim_set: ClaimSet
         start += len(section)
     note = claim_set.note(runs, preset) if claim_set.note else None
     atomic_write_text(out / "verdicts.md", verdicts_markdown(
-        name, preset, by_section, note, failed, devices, versions_table(runs)))
+        name, preset, by_section, note, failed, devices,
+        f"{provenance_text(made)}\n\n{versions_table(runs)}"))
     atomic_write_json(out / "verdicts.json", {
-        "preset": name, "seeds": seeds, "verdicts": [asdict(v) for v in rows],
+        "preset": name, **made, "seeds": seeds, "verdicts": [asdict(v) for v in rows],
         "failed": {str(path): message for path, message in failed.items()},
         "thresholds": OmegaConf.to_container(preset.thresholds)})
+
+
+def preset_sha256(name: str) -> str:
+    """SHA-256 of the preset file's bytes, as verdicts.json records it."""
+    return hashlib.sha256(preset_path(name).read_bytes()).hexdigest()
+
+
+def provenance(name: str) -> dict:
+    """What verdicts.json records of what made it: the preset file's hash -- a test fails
+    when a committed report's preset has changed since (tests/unit/test_committed_results.py)
+    -- and posexp's version, the hash of the code that computes a run's numbers, and of the
+    whole package (the claims' judging too)."""
+    from posexp.version import __version__, package_sha256, source_sha256
+
+    return {"preset_sha256": preset_sha256(name),
+            "code": {"posexp": __version__, "source_sha256": source_sha256(),
+                     "package_sha256": package_sha256()}}
+
+
+def provenance_text(made: dict) -> str:
+    code = made["code"]
+    return (f"Preset file sha256 {made['preset_sha256'][:16]}; posexp {code['posexp']}, "
+            f"source {code['source_sha256'][:16]}, package {code['package_sha256'][:16]}.")
 
 
 def verdict_table(rows: list[Verdict]) -> str:

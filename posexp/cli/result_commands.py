@@ -4,6 +4,7 @@ a claim suite is missing, then judges it)."""
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -21,6 +22,52 @@ def preset_names() -> str:
     return ", ".join(sorted(p.stem for p in (Path(CONFIG_DIR) / "reproduce").glob("*.yaml")))
 
 
+def write_report_of(root: Path, out: Path | None, style: str, width: str | None,
+                    include: list[str], exclude: list[str], label: list[str], wandb: bool,
+                    wandb_project: str | None) -> None:
+    """posexp report's work, its options checked: a UsageError for a bad one."""
+    from posexp.report import load_runs, write_report
+    from posexp.report.select import Selection
+    from posexp.report.style import look_of
+    from posexp.report.wandb import upload_to_wandb
+
+    try:
+        look = look_of(style, width)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    selection = Selection.parse(include, exclude, label)
+    if not root.is_dir():
+        raise UsageError(f"{root} is not a directory")
+    target = out or root / "report"
+    if target.exists() and not target.is_dir():
+        raise UsageError(f"--out {target} is a file; --out names a directory to write the "
+                         "report into")
+    runs, not_done = load_runs(root)
+    command = shlex.join(["posexp", "report", str(root), *(["--out", str(out)] * bool(out)),
+                          "--style", style, *(["--width", width] * bool(width)),
+                          *repeated("--include", include), *repeated("--exclude", exclude),
+                          *repeated("--label", label)])
+    written = write_report(runs, not_done, target, f"posexp report: {root}", look=look,
+                           selection=selection, command=command)
+    typer.echo(f"posexp report: {len(runs)} completed runs, {len(not_done)} not included "
+               f"-> {target}")
+    for f in written:
+        typer.echo(f"  {f}")
+    if wandb:
+        try:
+            went = upload_to_wandb(written, runs, target, wandb_project)
+            if went:
+                typer.echo(went, err=True)
+        except Exception as e:
+            typer.echo(f"posexp: warning: W&B upload failed ({type(e).__name__}: "
+                       f"{str(e).strip()[:200]}); the local report is complete", err=True)
+
+
+def repeated(option: str, values: list[str]) -> list[str]:
+    """``option`` before each of ``values``: a repeatable option, as it was given."""
+    return [a for v in values for a in (option, v)]
+
+
 @app.command(cls=Command)
 def report(
     root: Path = typer.Argument(Path("results"), metavar="ROOT", show_default=False,
@@ -32,44 +79,41 @@ def report(
     wandb_project: str | None = typer.Option(None, metavar="NAME", show_default=False,
                                              help="W&B project for --wandb (default: "
                                                   "WANDB_PROJECT, else W&B's default)."),
+    style: str = typer.Option("screen", metavar="screen|paper",
+                              help="screen: titled, captioned, PNG and SVG; paper: no title, "
+                                   "8 pt, PDF, SVG and PNG, caption in NAME.caption.txt."),
+    width: str | None = typer.Option(None, metavar="one|two", show_default=False,
+                                     help="Paper figures one column (3.25 in) or two "
+                                          "(6.75 in) wide (default: two)."),
+    include: list[str] = typer.Option([], metavar="PATTERN", show_default=False,
+                                      help="Draw only series whose label matches (shell "
+                                           "pattern; repeatable)."),
+    exclude: list[str] = typer.Option([], metavar="PATTERN", show_default=False,
+                                      help="Leave out series whose label matches "
+                                           "(repeatable)."),
+    label: list[str] = typer.Option([], metavar="OLD=NEW", show_default=False,
+                                    help="Call the series labelled OLD NEW (repeatable)."),
 ) -> None:
     """Plots and tables across every run under ROOT.
 
     Writes extrapolation_<mode>.png/.svg (perplexity against evaluation length),
-    per_position.png/.svg, summary.csv and summary.md. Runs that failed, are unfinished or
+    per_position.png/.svg, summary.csv, summary.md and summary.tex (booktabs tables for a
+    paper; with RoPE scalings, a method x length table). Runs that failed, are unfinished or
     damaged are listed, not plotted. With --wandb, W&B's files go beside the report
-    (ROOT/report/wandb, or under WANDB_DIR when that is set).
+    (ROOT/report/wandb, or under WANDB_DIR when that is set). --style paper writes figures
+    that go into a paper unchanged (.pdf/.svg/.png and .caption.txt); --include, --exclude
+    and --label match series labels as the report's legends print them.
 
     \b
     Examples:
       posexp report
       posexp report results/my-sweep --out figures
+      posexp report results --style paper --width one --exclude '*lr=0.01*'
+      posexp report results --label 'rope L=64=RoPE' --label 'alibi L=64=ALiBi'
       posexp report results --wandb --wandb-project my-project
     """
     try:
-        from posexp.report import load_runs, write_report
-        from posexp.report.wandb import upload_to_wandb
-
-        if not root.is_dir():
-            raise UsageError(f"{root} is not a directory")
-        target = out or root / "report"
-        if target.exists() and not target.is_dir():
-            raise UsageError(f"--out {target} is a file; --out names a directory to write the "
-                             "report into")
-        runs, not_done = load_runs(root)
-        written = write_report(runs, not_done, target, f"posexp report: {root}")
-        typer.echo(f"posexp report: {len(runs)} completed runs, {len(not_done)} not included "
-                   f"-> {target}")
-        for f in written:
-            typer.echo(f"  {f}")
-        if wandb:
-            try:
-                went = upload_to_wandb(written, runs, target, wandb_project)
-                if went:
-                    typer.echo(went, err=True)
-            except Exception as e:
-                typer.echo(f"posexp: warning: W&B upload failed ({type(e).__name__}: "
-                           f"{str(e).strip()[:200]}); the local report is complete", err=True)
+        write_report_of(root, out, style, width, include, exclude, label, wandb, wandb_project)
     except BaseException as e:
         fail(e)
 
@@ -164,7 +208,7 @@ def reproduce(
     Examples:
       posexp reproduce                  the cpu preset: about 27 minutes on 2 cores
       posexp reproduce --preset rope-scaling
-      posexp reproduce --preset tasks   about 25 minutes on 2 cores
+      posexp reproduce --preset tasks   about 4.5 hours on 2 cores (estimated)
       posexp reproduce --preset gpu
       posexp reproduce --preset my_claims.yaml --results-dir out
       posexp reproduce --preset my_claims.yaml --config-dir configs

@@ -6,7 +6,8 @@ per identity but the seed, mode, scored region and RoPE scaling, and their task 
 task_figures.py) are drawn from it.  Only completed runs are plotted; the others, damaged ones
 included, are listed with their reason, and a run without points of a mode is named under
 that mode's figure and table, never silently left out.  Legends and captions sit outside
-the axes, so they hide no point.
+the axes, so they hide no point.  ``posexp report --include/--exclude/--label`` choose and
+rename series (select.py); ``--style paper`` draws the figures for a paper (style.py).
 """
 
 from __future__ import annotations
@@ -19,9 +20,12 @@ from pathlib import Path
 from posexp.errors import PosexpError, UsageError
 from posexp.report import figures, task_figures, training  # noqa: F401 -- they register figures
 from posexp.report.base import FIGURES, Figure, Report, register_figure
+from posexp.report.latex import summary_tex
 from posexp.report.plotting import save
+from posexp.report.select import Selection
+from posexp.report.style import SCREEN, Look, using
 from posexp.report.tables import csv_text, markdown, terminal_table, tidy_rows
-from posexp.report.tasks import named_tasks
+from posexp.report.tasks import EXACT, named_tasks
 from posexp.runs import DAMAGED, RUN, RunResult, atomic_write_text
 from posexp.runs import load_runs as read_runs
 
@@ -46,10 +50,14 @@ FILE_STEM = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,199}")
 
 
 def write_report(runs: list[RunResult], not_done: list[RunResult], out: Path,
-                 title: str) -> list[Path]:
+                 title: str, task_metrics: tuple[str, ...] = (EXACT,), look: Look = SCREEN,
+                 selection: Selection | None = None, command: str | None = None) -> list[Path]:
     """Figures and tables for ``runs`` (completed, from load_runs), written to ``out``; each
-    damaged run in ``not_done`` gets one warning line.  With no run at all, a PosexpError
-    and nothing written; a UsageError when ``out`` is a run directory or inside one."""
+    damaged run in ``not_done`` gets one warning line; task accuracy in ``task_metrics``.
+    Figures in ``look`` (style.py), of the series ``selection`` keeps and names; ``command``
+    (default ``title``) is what a paper's caption files say made them.  With no run at all,
+    a PosexpError and nothing written; a UsageError when ``out`` is a run directory or
+    inside one, or the selection names no series."""
     if not runs and not not_done:
         raise PosexpError(f"no posexp runs to report in {out}")
     check_report_dir(out)
@@ -58,14 +66,15 @@ def write_report(runs: list[RunResult], not_done: list[RunResult], out: Path,
     for r in not_done:
         if r.status == DAMAGED:
             warn(f"not included: {r.reason}")
+    report = (selection or Selection()).apply(Report.of(runs, not_done, task_metrics))
     out.mkdir(parents=True, exist_ok=True)
-    report = Report.of(runs, not_done)
     written = write_tables(report, out, title)
-    for figure in FIGURES:
-        for stem, fig in figure.draw(report):
-            if not FILE_STEM.fullmatch(stem):  # names come from run records: never a path
-                raise PosexpError(f"figure {figure.name}: {stem[:60]!r} is not a file name")
-            written += save(fig, out / stem)
+    with using(look):
+        for figure in FIGURES:
+            for stem, fig in figure.draw(report):
+                if not FILE_STEM.fullmatch(stem):  # names come from run records: never a path
+                    raise PosexpError(f"figure {figure.name}: {stem[:60]!r} is not a file name")
+                written += save(fig, out / stem, command or title)
     return written
 
 
@@ -86,10 +95,12 @@ def check_report_dir(out: Path) -> None:
 
 
 def write_tables(report: Report, out: Path, title: str) -> list[Path]:
-    """summary.csv and summary.md; runs of one config and seed are named in one warning."""
+    """summary.csv, summary.md and summary.tex; runs of one config and seed are named in one
+    warning."""
     for group in report.duplicates:
         warn(f"{', '.join(str(r.path) for r in group)} are runs of the same config and seed "
              f"({group[0].seed}); counted once")
     atomic_write_text(out / "summary.csv", csv_text(tidy_rows(report)))
     atomic_write_text(out / "summary.md", markdown(report, title))
-    return [out / "summary.csv", out / "summary.md"]
+    atomic_write_text(out / "summary.tex", summary_tex(report, title))
+    return [out / "summary.csv", out / "summary.md", out / "summary.tex"]

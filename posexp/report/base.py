@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from posexp.report.series import Series, build_series
-from posexp.report.tasks import TaskSeries, task_series
+from posexp.report.tasks import EXACT, TaskSeries, task_series
 from posexp.runs import MODES, RunResult
 
 
@@ -20,14 +20,19 @@ class Report:
     series: list[Series]
     tasks: list[TaskSeries]
     duplicates: list[list[RunResult]]  # runs of one config and seed: the first counts
+    # the accuracies task tables and figures show (tasks.METRICS): a claim suite's report
+    # shows the one its verdicts judge
+    task_metrics: tuple[str, ...] = (EXACT,)
 
     @classmethod
-    def of(cls, runs: list[RunResult], not_done: list[RunResult] = ()) -> Report:
+    def of(cls, runs: list[RunResult], not_done: list[RunResult] = (),
+           task_metrics: tuple[str, ...] = (EXACT,)) -> Report:
         series, duplicates = build_series(runs)
         tasks, task_duplicates = task_series(runs)
         groups = {tuple(str(r.path) for r in group): group
                   for group in duplicates + task_duplicates}
-        return cls(runs, list(not_done), series, tasks, list(groups.values()))
+        return cls(runs, list(not_done), series, tasks, list(groups.values()),
+                   tuple(task_metrics))
 
     @property
     def modes(self) -> list[str]:

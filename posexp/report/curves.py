@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from posexp.report.series import Series
 from posexp.runs import RunResult
@@ -74,10 +74,12 @@ class Curve:
     stride: str | None  # the sliding stride setting; None in nonoverlapping mode
     label: str
     cells: dict[int, Cell]
+    # each seed's own length -> (ppl, ratio or None): the thin lines under a mean of few
+    seeds: list[dict[int, tuple[float, float | None]]] = field(default_factory=list)
 
     @property
-    def style(self) -> tuple[str, str]:
-        return self.series.styles[self.stride]
+    def colour(self) -> str:
+        return self.series.colours[self.stride]
 
     @property
     def legend(self) -> str:
@@ -119,6 +121,17 @@ def curve_cells(s: Series, stride: str | None,
     return cells
 
 
+def seed_values(s: Series, stride: str | None,
+                by_path: dict[str, RunResult]) -> list[dict[int, tuple[float, float | None]]]:
+    """Each seed's (ppl, ratio over ``baseline``'s point) at every applicable length."""
+    out = []
+    for r in s.members:
+        base = baseline(s, r, stride, by_path)
+        out.append({length: (p["ppl"], p["ppl"] / base["ppl"] if base else None)
+                    for length, p in s.points(r, stride).items() if p["applicable"]})
+    return out
+
+
 def mode_curves(series: list[Series], mode: str) -> list[Curve]:
     """The curves of ``mode``: one per series, or per series and stride setting (labelled
     with it when the mode's curves hold more than one)."""
@@ -127,7 +140,8 @@ def mode_curves(series: list[Series], mode: str) -> list[Curve]:
     by_path = {str(r.path): r for s in series for r in s.members}
     by_path.update({str(r.path.resolve()): r for r in by_path.values()})
     return [Curve(s, stride, s.label + (f" · stride {stride}" if several else ""),
-                  curve_cells(s, stride, by_path)) for s, stride in ours]
+                  curve_cells(s, stride, by_path), seed_values(s, stride, by_path))
+            for s, stride in ours]
 
 
 def stride_note(curves: list[Curve]) -> str:

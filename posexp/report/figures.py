@@ -11,7 +11,6 @@ from statistics import NormalDist
 from posexp.report.base import Figure, Report, register_figure
 from posexp.report.curves import (
     NO_INTERVAL,
-    PERCENT,
     compression_lines,
     mode_curves,
     notes,
@@ -19,13 +18,16 @@ from posexp.report.curves import (
 )
 from posexp.report.plotting import (
     GREY,
+    coinciding,
     draw,
     interval_caption,
+    label_axes,
     legend_and_caption,
     log2_x,
     log_y,
     new_figure,
     scored_text,
+    seed_lines,
     train_lengths,
 )
 from posexp.report.series import Series, describe
@@ -42,17 +44,21 @@ def extrapolation_figure(series: list[Series], mode: str):
     title = (f"Perplexity on {scored_text({s.region for s in ours})} vs evaluation window "
              f"({mode}{stride_note(curves)})")
     fig, body, (ax, rax) = new_figure(title, describe(ours), 7.0, 2, height_ratios=[3, 2])
-    values, ratios = [], []
+    values, ratios, drawn = [], [], []
     for c in curves:
         xs = [x for x, cell in c.cells.items() if cell.ppl]
         ppl = [c.cells[x].ppl for x in xs]
-        draw(ax, c.series.colour, c.style, xs, ppl, c.legend)
+        style = c.series.style
+        draw(ax, c.colour, style, xs, ppl, c.legend,
+             seeds=seed_lines([{x: v[0] for x, v in seed.items()} for seed in c.seeds]))
         rxs = [x for x in xs if c.cells[x].ratio]
         ratio = [c.cells[x].ratio for x in rxs]
         if rxs:
-            draw(rax, c.series.colour, c.style, rxs, ratio)
+            draw(rax, c.colour, style, rxs, ratio,
+                 seeds=seed_lines([{x: v[1] for x, v in seed.items()} for seed in c.seeds]))
         values += ppl
         ratios += ratio
+        drawn.append((c.label, ppl + ratio, xs, [iv.value for iv in ppl]))
     lengths = sorted({x for c in curves for x in c.cells})
     for a in (ax, rax):
         log2_x(a, lengths, lengths[0] / 1.25, lengths[-1] * 1.25)
@@ -63,12 +69,13 @@ def extrapolation_figure(series: list[Series], mode: str):
     log_y(rax, ratios, extra=(1.0,))
     rax.axhline(1, color=GREY, linewidth=0.9, zorder=1)
     train_lengths([ax, rax], sorted({c.series.train_len for c in curves}))
-    ax.set_ylabel("perplexity (log scale)", fontsize=11)
-    rax.set_ylabel("ppl(length) / ppl(L)\n(log scale)", fontsize=11)
-    rax.set_xlabel("evaluation window in tokens (log₂ scale)", fontsize=11)
-    shown = values + ratios
-    legend_and_caption(body, ax, interval_caption(shown) + notes(curves, series, mode),
-                       bands=any(iv.low is not None for iv in shown),
+    label_axes(ax, None, "perplexity (log scale)")
+    label_axes(rax, "evaluation window in tokens (log₂ scale)",
+               "ppl(length) / ppl(L)\n(log scale)")
+    caption = (interval_caption([(label, ivs) for label, ivs, _, _ in drawn], paired=True)
+               + coinciding([(label, xs, ys) for label, _, xs, ys in drawn])
+               + notes(curves, series, mode))
+    legend_and_caption(body, ax, caption,
                        references=((":", "training length L"), *(
                            (style, f"{what} on the scored text: {bits:.2f} bits/byte")
                            for style, what, bits in references)))
@@ -125,7 +132,7 @@ def per_position_figure(series: list[Series]):
     title = (f"Loss at each position of whole {' / '.join(kinds)} windows, on "
              f"{scored_text({s.region for s, _, _ in drawn})}")
     fig, body, [ax] = new_figure(title, describe([s for s, _, _ in drawn]), 5.6)
-    shown, bare = [], []
+    shown, bare, lines = [], [], []
     for s, longest, same in drawn:
         xs = [math.sqrt((a + 1) * b) for a, b in zip(longest["position"],
                                                        longest["position_end"], strict=True)]
@@ -133,24 +140,23 @@ def per_position_figure(series: list[Series]):
         label = f"{s.label} · window {longest['length']}"
         seeds = f" ({len(same)} seeds)" if len(same) > 1 else ""
         # the bands of early positions overlap: fainter than on the extrapolation figures
-        draw(ax, s.colour, s.styles[s.strides[0]], xs, intervals, label + seeds, alpha=0.12)
+        draw(ax, s.colour, s.style, xs, intervals, label + seeds, alpha=0.12,
+             seeds=[(xs, p["loss"]) for p in same])
         if all(iv.method == NO_INTERVAL for iv in intervals):
             bare.append(label)
-        shown += intervals
+        shown.append((label, intervals))
+        lines.append((label, xs, [iv.value for iv in intervals]))
     end = max(p["position_end"][-1] for _, p, _ in drawn)
     log2_x(ax, [2**k for k in range(math.ceil(math.log2(end)) + 1)], 0.85, end * 1.15)
     train_lengths([ax], sorted({s.train_len for s, _, _ in drawn}))
-    ax.set_xlabel("position inside the window (1: the first token, no context; log₂ scale)",
-                  fontsize=11)
-    ax.set_ylabel("mean loss (nats per token)", fontsize=11)
-    methods = sorted({iv.method for iv in shown if iv.method != NO_INTERVAL})
-    lines = [f"Lines: mean over seeds of each bucket of positions, at its geometric middle. "
-             f"Bands: {PERCENT} intervals, {'; '.join(methods)}."] if methods else []
+    label_axes(ax, "position inside the window (1: the first token, no context; log₂ scale)",
+               "mean loss (nats per token)")
+    words = interval_caption(shown, lines="mean over seeds of each bucket of positions, at "
+                                          "its geometric middle") + coinciding(lines)
     if bare:
         which = "every curve" if len(bare) == len(drawn) else ", ".join(bare)
-        lines.append(f"{NO_INTERVAL} (an older eval.json, or a single window): {which}")
-    legend_and_caption(body, ax, lines + caption,
-                        bands=any(iv.low is not None for iv in shown))
+        words.append(f"{NO_INTERVAL} (an older eval.json, or a single window): {which}")
+    legend_and_caption(body, ax, words + caption)
     return fig
 
 

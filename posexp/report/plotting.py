@@ -1,26 +1,42 @@
-"""Drawing: the figure layout every report figure shares (a title over the whole width, a
-body with the axes, the legend to their right and the caption below, outside the data),
-log axes with plain ticks, a curve with its band, reference lines, and saving as PNG and
-SVG."""
+"""Drawing: the figure layout every report figure shares (on screen a title over the whole
+width, a body with the axes, the legend to their right and the caption below, outside the
+data; in a paper the body alone, its legend below the axes: style.py), log axes with plain
+ticks, a curve with its band and its seeds' own lines, reference lines, and saving in the
+style's formats -- in a paper with the words the figure leaves out in NAME.caption.txt."""
 
 from __future__ import annotations
 
 import math
 import textwrap
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from posexp.report.curves import NO_INTERVAL, PERCENT
 from posexp.report.series import Region
-from posexp.runs import atomic_write, is_spread
+from posexp.report.style import FEW_SEEDS, LONE, NO_BAND_SEEDS, SEED_LINE, current
+from posexp.runs import atomic_write, atomic_write_text, is_spread
 from posexp.stats import Interval
 
 GREY = "#777777"  # training lengths and the ratio 1: reference lines, no series' colour
 MIN_SPAN = 1.05   # a perplexity or ratio axis spans at least x/÷ 5% around its data's middle
 
-WIDTH = 10.0        # inches: 1300 px at DPI, read at ~800 px in a README
-DPI = 130
-TITLE_WRAP = 118    # characters per line of the title (11 pt) over the figure's width
+TITLE_WRAP = 118    # characters per line of the title (11 pt) over a screen figure's width
 CAPTION_WRAP = 135  # and of the caption (9 pt)
+BAND, SEED = "band", "seed"  # the gid of a band's (or error bar's) artists, of a seed's line
+
+
+@dataclass
+class Words:
+    """What a figure says in words: on screen drawn in it, in a paper written beside it."""
+
+    title: str
+    subtitle: str
+    caption: list[str] = field(default_factory=list)
+
+    def text(self, command: str) -> str:
+        """NAME.caption.txt: one paragraph a line."""
+        runs = [f"Runs: {self.subtitle}"] if self.subtitle else []
+        return "\n".join([self.title, *runs, *self.caption, f"Made by: {command}"]) + "\n"
 
 
 def scored_text(regions: set[Region]) -> str:
@@ -41,15 +57,23 @@ def pyplot():
 
 
 def titled(title: str, subtitle: str, height: float):
-    """A figure with the title over its whole width and, below it, a body ``height`` inches
-    high.  Returns (figure, body)."""
+    """A figure with, on screen, the title over its whole width and, below it, a body
+    ``height`` inches high; in a paper the body alone, its height scaled to the column.
+    Returns (figure, body); ``body.words`` holds the title and caption in either style."""
+    look = current()
     lines = [*textwrap.wrap(title, TITLE_WRAP), *textwrap.wrap(subtitle, TITLE_WRAP)]
-    head_height = 0.22 * len(lines) + 0.15
-    fig = pyplot().figure(figsize=(WIDTH, head_height + height), layout="constrained")
-    grid = fig.add_gridspec(2, 1, height_ratios=[head_height, height])
-    head, body = fig.add_subfigure(grid[0, 0]), fig.add_subfigure(grid[1, 0])
-    body.heights = grid  # the body grows to fit its legend (_fit_height)
-    head.text(0.01, 0.5, "\n".join(lines), ha="left", va="center", fontsize=11)
+    head = 0.22 * len(lines) + 0.15 if look.words_inside else 0.0
+    height *= look.scale
+    fig = pyplot().figure(figsize=(look.width, head + height), layout="constrained")
+    if look.words_inside:
+        grid = fig.add_gridspec(2, 1, height_ratios=[head, height])
+        top, body = fig.add_subfigure(grid[0, 0]), fig.add_subfigure(grid[1, 0])
+        top.text(0.01, 0.5, "\n".join(lines), ha="left", va="center", fontsize=look.label)
+    else:
+        grid, body = None, fig.add_subfigure(fig.add_gridspec(1, 1)[0, 0])
+    # the body grows to fit its legend (_fit_height)
+    body.grid, body.head, body.height = grid, head, height
+    fig.words = body.words = Words(title, subtitle)
     return fig, body
 
 
@@ -61,9 +85,16 @@ def new_figure(title: str, subtitle: str, height: float, rows: int = 1,
     fig, body = titled(title, subtitle, height)
     axes = body.subplots(rows, 1, sharex=True, height_ratios=height_ratios, squeeze=False)
     for ax in axes[:, 0]:
-        ax.grid(True, which="major", color="#dddddd", linewidth=0.8)
-        ax.tick_params(labelsize=10, labelbottom=True)
+        ax.grid(True, which="major", color="#dddddd", linewidth=0.8 * current().line / 1.6)
+        ax.tick_params(labelsize=current().small, labelbottom=True)
     return fig, body, list(axes[:, 0])
+
+
+def label_axes(ax, x: str | None, y: str) -> None:
+    """Axis labels in the style's size."""
+    if x is not None:
+        ax.set_xlabel(x, fontsize=current().label)
+    ax.set_ylabel(y, fontsize=current().label)
 
 
 def log_ticks(lo: float, hi: float) -> list[float]:
@@ -113,23 +144,46 @@ def log2_x(ax, ticks: list[int], lo: float, hi: float) -> None:
     ax.set_xlim(lo, hi)
 
 
+def banded(iv: Interval) -> bool:
+    """Whether an interval is drawn: not over two seeds, whose t interval (multiplier 12.7)
+    would swallow the figure; their seeds' own lines are drawn instead."""
+    return iv.low is not None and iv.high is not None and iv.n != NO_BAND_SEEDS
+
+
 def draw(ax, colour: str, style: tuple[str, str], xs: list[float],
-          intervals: list[Interval], label: str | None = None, alpha: float = 0.18) -> None:
+         intervals: list[Interval], label: str | None = None, alpha: float = 0.18,
+         seeds: list[tuple[list[float], list[float]]] = ()) -> None:
     """A curve and its intervals: a band (of opacity ``alpha``), or an error bar for a lone
-    point."""
-    linestyle, marker = style
+    point; under it, with FEW_SEEDS seeds or fewer, each seed's own (xs, ys) as a thin line."""
+    look, (linestyle, marker) = current(), style
     ys = [iv.value for iv in intervals]
-    # a lone point (a learned table ends at its training length) is drawn above the curves
-    # that may pass through it
-    ax.plot(xs, ys, color=colour, linestyle=linestyle, marker=marker, markersize=5,
-            linewidth=1.6, label=label, zorder=3 + (len(xs) == 1))
-    low = [math.nan if iv.low is None else iv.low for iv in intervals]
-    high = [math.nan if iv.high is None else iv.high for iv in intervals]
-    if len(xs) == 1 and not math.isnan(low[0]):
-        ax.errorbar(xs, ys, yerr=[[ys[0] - low[0]], [high[0] - ys[0]]], color=colour,
-                    capsize=3, linewidth=1, zorder=4)
-    elif len(xs) > 1:
-        ax.fill_between(xs, low, high, color=colour, alpha=alpha, linewidth=0, zorder=2)
+    # a lone point (a learned table ends at its training length) is drawn larger and above
+    # the curves that may pass through it
+    lone = len(xs) == 1
+    ax.plot(xs, ys, color=colour, linestyle=linestyle, marker=marker, label=label,
+            markersize=look.marker * (LONE if lone else 1), linewidth=look.line,
+            zorder=3 + lone, **({"markeredgecolor": "white", "markeredgewidth": 0.6}
+                                if lone else {}))
+    if 1 < len(seeds) <= FEW_SEEDS:
+        for sx, sy in seeds:
+            ax.plot(sx, sy, color=colour, linestyle=linestyle, linewidth=look.line * SEED_LINE,
+                    alpha=0.7, zorder=2.5, gid=SEED)
+    low = [iv.low if banded(iv) else math.nan for iv in intervals]
+    high = [iv.high if banded(iv) else math.nan for iv in intervals]
+    if lone and not math.isnan(low[0]):
+        bars = ax.errorbar(xs, ys, yerr=[[ys[0] - low[0]], [high[0] - ys[0]]], color=colour,
+                           capsize=3, linewidth=1, zorder=4)
+        for artist in bars.lines[2]:
+            artist.set_gid(BAND)
+    elif len(xs) > 1 and not all(map(math.isnan, low)):
+        ax.fill_between(xs, low, high, color=colour, alpha=alpha, linewidth=0, zorder=2,
+                        gid=BAND)
+
+
+def seed_lines(by_seed: list[dict[float, float | None]]) -> list[tuple[list, list]]:
+    """(xs, ys) of each seed's values, x -> y (None: not there)."""
+    return [([x for x, y in ys.items() if y is not None],
+             [y for y in ys.values() if y is not None]) for ys in by_seed]
 
 
 def train_lengths(axes: list, lengths: list[int], label: str = "L={}") -> None:
@@ -141,61 +195,83 @@ def train_lengths(axes: list, lengths: list[int], label: str = "L={}") -> None:
         for ax in axes:
             ax.axvline(length, color=GREY, linestyle=":", linewidth=1.2, zorder=1)
         # where the label would run past the right edge (into the legend), it goes left of
-        # its line: a 9 pt character is about 5 pt wide
-        text = label.format(length)
+        # its line: a character is about 0.55 of its size wide
+        text, size = label.format(length), current().note
         room = 1 - to_axes.transform(axes[0].transData.transform((length, 1)))[0]
-        left = room * axes[0].bbox.width < (5 * len(text) + 3) * axes[0].figure.dpi / 72
+        left = room * axes[0].bbox.width < (0.55 * size * len(text) + 3) * axes[0].figure.dpi / 72
         axes[0].annotate(text, xy=(length, 1), xycoords=("data", "axes fraction"),
                          xytext=(-3 if left else 3, -3), textcoords="offset points",
-                         ha="right" if left else "left", va="top", fontsize=9, color=GREY,
+                         ha="right" if left else "left", va="top", fontsize=size, color=GREY,
                          in_layout=False)
 
 
-def legend_and_caption(body, ax, caption: list[str], bands: bool,
-                        references: tuple[tuple[str, str], ...] = ((":", "training length L"),),
-                        ) -> None:
-    """The series' legend to the right of the axes and the caption below them: outside the
-    data, so that neither hides a point.  ``bands``: whether the figure draws intervals;
-    ``references``: (line style, meaning) of the grey reference lines."""
+def legend_and_caption(body, ax, caption: list[str],
+                       references: tuple[tuple[str, str], ...] = ((":", "training length L"),),
+                       ) -> None:
+    """The series' legend (on screen to the right of the axes, in a paper below them) and
+    the caption: outside the data, so that neither hides a point.  ``references``: (line
+    style, meaning) of the grey reference lines.  The legend names bands and seeds' lines
+    where the body's axes draw them."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
+    look = current()
     handles, labels = ax.get_legend_handles_labels()
     for linestyle, meaning in references:
         handles.append(Line2D([], [], color=GREY, linestyle=linestyle, linewidth=1.2))
         labels.append(meaning)
-    if bands:
+    drawn = {a.get_gid() for axes in body.axes for a in (*axes.collections, *axes.lines)}
+    if BAND in drawn:
         handles.append(Patch(color=GREY, alpha=0.3, linewidth=0))
         labels.append(f"{PERCENT} interval")
+    if SEED in drawn:
+        handles.append(Line2D([], [], color=GREY, linewidth=look.line * SEED_LINE))
+        labels.append("each seed (thin)")
     labels = [legend_label(label) for label in labels]
-    body.legend(handles, labels, loc="outside right upper", fontsize=10, frameon=False)
-    _fit_height(body, labels, len(_caption_lines(caption)))
+    if look.legend_columns:
+        body.legend(handles, labels, loc="outside lower center", ncols=look.legend_columns,
+                    fontsize=look.small, frameon=False, columnspacing=1.2)
+    else:
+        body.legend(handles, labels, loc="outside right upper", fontsize=look.small,
+                    frameon=False)
+    _fit_height(body, labels, len(_caption_lines(caption)) * look.words_inside)
     add_caption(body, caption)
 
 
 def _fit_height(body, labels: list[str], caption_lines: int) -> None:
-    """Make the body tall enough for a legend of ``labels`` (10 pt lines, half a line
-    between entries) above a caption of ``caption_lines`` (9 pt): many long labels would
-    otherwise run into the caption and off the figure's foot."""
-    lines = sum(label.count("\n") + 1 for label in labels)
-    needed = (12 * lines + 5 * len(labels) + 13 * caption_lines + 36) / 72  # inches
-    grid = body.heights
-    head, height = grid.get_height_ratios()
-    if needed > height:
-        grid.set_height_ratios([head, needed])
-        body.figure.set_figheight(head + needed)
+    """Make the body tall enough for its legend and the caption of ``caption_lines`` below
+    it: on screen, a legend right of the axes as tall as ``labels`` (half a line between
+    entries) must fit beside them; in a paper, the legend's rows go below the axes.  Many
+    long labels would otherwise run into the caption and off the figure's foot."""
+    look = current()
+    lines = [label.count("\n") + 1 for label in labels]
+    line = 1.2 * look.small
+    if look.legend_columns:
+        rows = [max(lines[k:k + look.legend_columns])
+                for k in range(0, len(lines), look.legend_columns)]
+        needed = body.height + (line * sum(rows) + 0.5 * line * len(rows) + 6) / 72
+    else:
+        needed = (line * sum(lines) + 0.5 * line * len(labels)
+                  + 1.45 * look.note * caption_lines + 36) / 72
+    if body.grid is None:
+        body.figure.set_figheight(needed)
+    elif needed > body.height:
+        body.grid.set_height_ratios([body.head, needed])
+        body.figure.set_figheight(body.head + needed)
 
 
 def add_caption(body, caption: list[str]) -> None:
-    """The caption's lines below the body's axes, wrapped."""
+    """The caption's lines: on screen below the body's axes, wrapped; always in the words
+    the figure keeps (``body.words``), which a paper writes beside it."""
     from matplotlib.lines import Line2D
 
-    lines = _caption_lines(caption)
+    body.words.caption += caption
+    lines = _caption_lines(caption) if current().words_inside else []
     if lines:
         blank = Line2D([], [], linestyle="none")
-        body.legend([blank] * len(lines), lines, loc="outside lower left", fontsize=9,
-                    frameon=False, handlelength=0, handletextpad=0, borderaxespad=0.2,
-                    labelspacing=0.25)
+        body.legend([blank] * len(lines), lines, loc="outside lower left",
+                    fontsize=current().note, frameon=False, handlelength=0, handletextpad=0,
+                    borderaxespad=0.2, labelspacing=0.25)
 
 
 def _caption_lines(caption: list[str]) -> list[str]:
@@ -219,25 +295,68 @@ def legend_label(label: str) -> str:
     return "\n".join(lines)
 
 
-def interval_caption(intervals: list[Interval]) -> list[str]:
-    """What the bands are."""
-    methods = sorted({iv.method for iv in intervals if iv.method != NO_INTERVAL},
-                     key=lambda m: (m.startswith("one seed"), m))
-    texts = [m + (" (a ratio's is paired: the same documents drawn at both lengths)"
-                  if "documents" in m else " (a ratio's is paired: the same blocks drawn at "
-                  "both lengths)" if "blocks" in m else "") for m in methods]
-    return [f"Lines: mean over seeds. Bands: {PERCENT} intervals, " + "; ".join(texts)
-            + "."] if texts else []
+def interval_caption(drawn: list[tuple[str, list[Interval]]], paired: bool = False,
+                     lines: str = "mean over seeds") -> list[str]:
+    """What the bands are, for (curve label, its intervals) of each curve drawn: where they
+    are of more than one kind (a seed's bootstrap beside a t interval over seeds), which
+    curve has which; and which curves of two seeds have their seeds' lines and no band.
+    ``paired``: the intervals include ratios of two lengths of one run."""
+    kinds: dict[str, list[str]] = {}
+    for label, intervals in drawn:
+        for iv in intervals:
+            if iv.method != NO_INTERVAL and banded(iv):
+                kinds.setdefault(iv.method, [])
+                if label not in kinds[iv.method]:
+                    kinds[iv.method].append(label)
+    methods = sorted(kinds, key=lambda m: (m.startswith("one seed"), m))
+    paired_by = ["documents" if "documents" in m else "blocks" if "blocks" in m else ""
+                 for m in methods] if paired else []
+    notes = [f" (a ratio's is paired: the same {what} drawn at both lengths)"
+             for what in dict.fromkeys(paired_by) if what]
+    if len(methods) == 1:
+        text = methods[0] + "".join(notes)
+    else:  # not comparable with one another: say whose is whose
+        text = (f"of {len(methods)} kinds, not comparable: "
+                + "; ".join(f"{m} for {', '.join(kinds[m])}" for m in methods) + "".join(notes))
+    out = [f"Lines: {lines}. Bands: {PERCENT} intervals{',' * (len(methods) == 1)} {text}."
+           ] if methods else []
+    two = [label for label, intervals in drawn if any(iv.n == NO_BAND_SEEDS for iv in intervals)]
+    if two:
+        out.append(f"{NO_BAND_SEEDS} seeds: per-seed lines, no interval: {', '.join(two)}.")
+    return out
 
 
+def coinciding(drawn: list[tuple[str, list[float], list[float]]]) -> list[str]:
+    """A note naming the curves, of (label, xs, ys), that lie on one another at every x:
+    only the one drawn last would be seen."""
+    groups: dict[tuple, list[str]] = {}
+    for label, xs, ys in drawn:
+        groups.setdefault(tuple(zip(xs, (round(y, 9) for y in ys), strict=True)),
+                          []).append(label)
+    notes = []
+    for points, labels in groups.items():
+        if len(labels) > 1:
+            where = ("on 0 throughout" if all(y == 0 for _, y in points)
+                     else "on one another throughout")
+            notes.append(f"{len(labels)} curves lie {where}, drawn as one: {'; '.join(labels)}")
+    return notes
 
-def save(fig, path: Path) -> list[Path]:
+
+def save(fig, path: Path, command: str) -> list[Path]:
+    """``fig`` in each of the style's formats; in a paper also the words it leaves out --
+    title, provenance, caption and ``command`` that made it -- in NAME.caption.txt."""
     import matplotlib.pyplot as plt
 
-    written = []
-    for ext in ("png", "svg"):
+    look, written = current(), []
+    for ext in look.formats:
         target = path.with_suffix(f".{ext}")
-        atomic_write(target, lambda fh, ext=ext: fig.savefig(fh, format=ext, dpi=DPI))
+        atomic_write(target, lambda fh, ext=ext: fig.savefig(fh, format=ext, dpi=look.dpi))
+        written.append(target)
+    if not look.words_inside:
+        target = path.with_name(f"{path.name}.caption.txt")
+        # a figure drawn without titled() (an extension's) says only what made it
+        words = getattr(fig, "words", None) or Words(path.name, "")
+        atomic_write_text(target, words.text(command))
         written.append(target)
     plt.close(fig)
     return written

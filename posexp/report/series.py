@@ -15,8 +15,8 @@ with "+", the method and its factor, and a fine-tune's label says what it contin
 length, and whatever else tells the series of one report apart.
 
 Colours: one per encoding, from Okabe & Ito's palette (which colour-blind readers can tell
-apart), the same in every figure; line style and marker tell apart the series of one
-encoding.
+apart), shaded where series share it; line style and marker say the series' role, the same
+in every report (style.py).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field, fields
 
 from posexp.config.identity import OPTIONAL_KEYS, SEED_KEYS
+from posexp.report.style import ROLES, colour_curves, role
 from posexp.runs import MODES, Region, RunResult, point_scaling
 from posexp.runs import region as region_of
 from posexp.scaling import Key as Scaling
@@ -46,15 +47,11 @@ BEYOND = (CORPUS, TOKENIZER, INSTANCES)
 
 # Each registered encoding has its own colour (EncodingSpec.colour, colour-blind-safe) in every
 # figure of every report; an encoding the registry does not know (a run from elsewhere) takes
-# a spare one in report order, and past them a colour repeats with other line styles.
+# a spare one in report order, and past them a colour repeats.
 SPARE_COLOURS = ["#F0E442", "#117733", "#AA4499"]
 UNKNOWN_COLOUR = "#000000"
 # A report of one encoding with RoPE scalings colours each method (Okabe & Ito again).
 METHOD_COLOURS = ["#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#000000"]
-# (line style, marker) of the k-th series of one colour: the first 32 pairs all differ
-LINESTYLES = ["-", "--", ":", "-."]
-MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
-STYLES = [(LINESTYLES[k % 4], MARKERS[(k + k // 8) % 8]) for k in range(32)]
 HALF = "L/2"  # the sliding stride when eval.stride is unset: half of each window
 
 
@@ -89,8 +86,8 @@ class Series:
     scored: str | None = None  # label: the region, when the report holds more than one
     scalings: bool = False  # whether the report holds RoPE-scaled points or fine-tunes
     strides: list[str | None] = field(default_factory=lambda: [None])  # sliding: settings
-    colour: str = UNKNOWN_COLOUR
-    styles: dict[str | None, tuple[str, str]] = field(default_factory=dict)  # per stride
+    colours: dict[str | None, str] = field(default_factory=dict)  # per stride setting
+    name: str | None = None  # the label it was given (posexp report --label OLD=NEW)
 
     @property
     def encoding(self) -> str:
@@ -110,7 +107,19 @@ class Series:
         return self.fine_tune[0] if self.fine_tune else self.train_len
 
     @property
+    def colour(self) -> str:
+        """The colour of its first curve (stride setting)."""
+        return self.colours.get(self.strides[0], UNKNOWN_COLOUR)
+
+    @property
+    def style(self) -> tuple[str, str]:
+        """(line style, marker): its role's, in every report."""
+        return ROLES[role(self)]
+
+    @property
     def label(self) -> str:
+        if self.name is not None:
+            return self.name
         words = [curve_name(self.encoding, self.train_len, self.scaling, self.fine_tune),
                  *(f"{k}={v}" for k, v in self.parts if v is not None)]
         if self.scored:
@@ -308,7 +317,7 @@ def build_series(runs: list[RunResult]) -> tuple[list[Series], list[list[RunResu
                 MODES.index(s.mode))
 
     series.sort(key=order)
-    _style(series)
+    style_series(series)
     return series, list(duplicates.values())
 
 
@@ -329,37 +338,25 @@ def _label(series: list[Series]) -> list[str]:
     return keys
 
 
-def _style(series: list[Series]) -> None:
+def style_series(series: list[Series]) -> None:
     """A colour per encoding (or, for one encoding scored with RoPE scalings or fine-tuned
-    with them, a colour per method, the encoding's own for the run as trained); a style per
-    config and region among the series of one colour, the same in every figure (a series'
-    first stride setting takes it, further ones the next free styles)."""
+    with them, a colour per method, the encoding's own for the run as trained), shaded where
+    several curves share it; a curve is a config, scaling and region (and stride setting
+    beyond a series' first), so that it has one colour in every figure and mode."""
     colours = encoding_colours(list(dict.fromkeys(s.encoding for s in series)))
+    by_method: dict[str | None, str] = {}
     if any(s.scaling or s.fine_tune for s in series) and len(colours) == 1:
         [own] = colours.values()
         spare = [c for c in METHOD_COLOURS if c != own]
-        methods = [method_of(s) for s in series]
-        ordered = sorted({m for m in methods if m is not None},
+        ordered = sorted({m for s in series if (m := method_of(s)) is not None},
                          key=lambda m: scaling_order((("method", m), ("factor", 1.0))))
         by_method = {None: own, **{m: spare[i % len(spare)] for i, m in enumerate(ordered)}}
-        chosen = [by_method[m] for m in methods]
-    else:
-        chosen = [colours[s.encoding] for s in series]
-    taken: Counter = Counter()
-    styles: dict[tuple, tuple[str, str]] = {}
 
-    def style(key: tuple, colour: str) -> tuple[str, str]:
-        if key not in styles:
-            styles[key] = STYLES[taken[colour] % len(STYLES)]
-            taken[colour] += 1
-        return styles[key]
+    def base(s: Series) -> str:
+        return by_method[method_of(s)] if by_method else colours[s.encoding]
 
-    for s, colour in zip(series, chosen, strict=True):
-        s.colour = colour
-        s.styles = {s.strides[0]: style((s.config, s.scaling, s.region), s.colour)}
-    for s in series:
-        s.styles.update({stride: style((s.config, s.scaling, s.region, stride), s.colour)
-                         for stride in s.strides[1:]})
+    colour_curves(series, base, lambda s, stride: (s.config, s.scaling, s.region,
+                                                   None if stride == s.strides[0] else stride))
 
 
 def method_of(s: Series) -> str | None:

@@ -1,6 +1,7 @@
 """The report's tables: summary.csv (one tidy row per run and point), summary.md (per mode,
-perplexity and its ratio to ppl(L) at each length with intervals; then task accuracy), and
-the table printed at the end of a sweep."""
+perplexity and its ratio to ppl(L) at each length with intervals, and the RoPE scalings'
+method x length table, scalings.py; then task accuracy), and the table printed at the end
+of a sweep.  summary.tex (latex.py) holds the same tables for a paper."""
 
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ from posexp.report.curves import (
     notes,
     stride_note,
 )
+from posexp.report.scalings import scaling_markdown
 from posexp.report.series import config_key, describe
 from posexp.report.tasks import (
+    METRICS,
     PASSKEY,
     task_cell_text,
     task_cells,
@@ -166,7 +169,8 @@ def markdown(report: Report, title: str) -> str:
                   *_table(curves, lengths, several, ratios=True), ""]
         lines += [f"* {line}" for line in notes(curves, series, mode)]
         lines.append("")
-    lines += task_markdown(report.tasks)
+        lines += scaling_markdown(series, mode, heading)
+    lines += task_markdown(report.tasks, report.task_metrics)
     if duplicates:
         lines += ["Runs of the same config and seed, counted once (the first of each line):", ""]
         lines += [f"* {', '.join(str(r.path) for r in group)}" for group in duplicates]
@@ -190,7 +194,7 @@ def _plain_table(heading: str, lengths: list[int], rows: list[tuple[str, list[st
 
 def terminal_table(report: Report, mode: str = "nonoverlapping") -> str:
     """curve x length -> perplexity (mean over seeds), for the end of a sweep; and for task
-    runs, per task, series x length -> exact match (mean over seeds)."""
+    runs, per task, series x length -> the report's first task metric (mean over seeds)."""
     curves = mode_curves(report.series, mode)
     tables = []
     by_task = task_groups(report.tasks)
@@ -201,11 +205,13 @@ def terminal_table(report: Report, mode: str = "nonoverlapping") -> str:
             [(c.label, ["" if (cell := c.cells.get(length)) is None else "n/a"
                         if cell.ppl is None else fmt(cell.ppl.value) for length in lengths])
              for c in curves]))
+    metric = report.task_metrics[0]
     for task, ours in by_task.items():
-        cells = [(s.label, task_cells(s)) for s in ours]
+        cells = [(s.label, task_cells(s, metric)) for s in ours]
         lengths = sorted({length for _, c in cells for length in c})
         tables.append(_plain_table(
-            f"exact match on {task} (mean over seeds{', and depths' * (task == PASSKEY)})",
+            f"{METRICS[metric].name} on {task} (mean over seeds"
+            f"{', and depths' * (task == PASSKEY)})",
             lengths, [(label, [task_cell_text(c.get(length), interval=False)
                                for length in lengths]) for label, c in cells]))
     return "\n\n".join(tables)

@@ -1,5 +1,6 @@
-"""The figures of task runs: exact match against instance length per task, and for passkey
-a heatmap of exact match over context length and depth of the key."""
+"""The figures of task runs: accuracy against instance length per task and metric the
+report shows (tasks.py: exact match, or the metric a claim suite's verdicts use), and for
+passkey a heatmap of exact match over context length and depth of the key."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ from collections.abc import Iterator
 import numpy as np
 
 from posexp.report.base import Figure, Report, register_figure
-from posexp.report.curves import NO_INTERVAL, PERCENT
 from posexp.report.plotting import (
     GREY,
     add_caption,
+    coinciding,
     draw,
+    interval_caption,
+    label_axes,
     legend_and_caption,
     log2_x,
     new_figure,
@@ -22,7 +25,10 @@ from posexp.report.plotting import (
     train_lengths,
 )
 from posexp.report.series import describe
+from posexp.report.style import current
 from posexp.report.tasks import (
+    EXACT,
+    METRICS,
     PASSKEY,
     TaskSeries,
     acc,
@@ -60,23 +66,27 @@ def _task_subtitle(series: list[TaskSeries]) -> str:
                                     describe(series)]))
 
 
-def task_figure(series: list[TaskSeries], task: str):
-    """Exact match against instance length on ``task``, one line per series (passkey: the
-    mean over depths); None when no series of it has an applicable length."""
+def task_figure(series: list[TaskSeries], task: str, metric: str = EXACT):
+    """``metric`` (tasks.METRICS) against instance length on ``task``, one line per series
+    (passkey: the mean over depths); None when no series of it has an applicable length."""
     ours = [s for s in series if s.task == task]
-    cells = [task_cells(s) for s in ours]
+    cells = [task_cells(s, metric) for s in ours]
     drawn = [(s, c) for s, c in zip(ours, cells, strict=True)
-             if any(cell.exact is not None for cell in c.values())]
+             if any(cell.value is not None for cell in c.values())]
     if not drawn:
         return None
-    fig, body, [ax] = new_figure(f"Exact match on {task} vs {length_text(task)}",
+    name = METRICS[metric].name
+    fig, body, [ax] = new_figure(f"{name.capitalize()} on {task} vs {length_text(task)}",
                               _task_subtitle([s for s, _ in drawn]), 5.0)
-    shown: list[Interval] = []
+    shown: list[tuple[str, list[Interval]]] = []
+    lines: list[tuple[str, list[int], list[float]]] = []  # label, lengths, values
     for s, c in drawn:
-        xs = [n for n, cell in c.items() if cell.exact is not None]
-        intervals = [c[n].exact for n in xs]
-        draw(ax, s.colour, s.styles[None], xs, intervals, s.label + seeds_text(s))
-        shown += intervals
+        xs = [n for n, cell in c.items() if cell.value is not None]
+        intervals = [c[n].value for n in xs]
+        draw(ax, s.colour, s.style, xs, intervals, s.label + seeds_text(s),
+             seeds=_seed_values(s, metric))
+        shown.append((s.label, intervals))
+        lines.append((s.label, xs, [iv.value for iv in intervals]))
     lengths = sorted({n for _, c in drawn for n in c})
     log2_x(ax, _thinned(lengths), lengths[0] / 1.25, lengths[-1] * 1.25)
     ax.set_ylim(-0.03, 1.12)  # room above 1 for the training lines' labels
@@ -92,20 +102,40 @@ def task_figure(series: list[TaskSeries], task: str):
                 linewidth=1.2, zorder=1)
     longest = sorted({s.max_length for s, _ in drawn if s.max_length})
     train_lengths([ax], longest, "train ≤ {}")
-    ax.set_xlabel(f"{length_text(task)} (log₂ scale)", fontsize=11)
-    ax.set_ylabel("exact match (share of instances)", fontsize=11)
-    methods = sorted({iv.method for iv in shown if iv.method != NO_INTERVAL})
-    caption = [f"Lines: mean over seeds. Bands: {PERCENT} intervals, {'; '.join(methods)}."
-               ] if methods else []
+    label_axes(ax, f"{length_text(task)} (log₂ scale)",
+               f"{name} (share of {'instances' if metric == EXACT else 'answer tokens'})")
+    caption = interval_caption(shown) + coinciding(lines)
     if task == PASSKEY:
         caption.append("Passkey: each point is the accuracy averaged over the depths of the "
                        "key (tasks-passkey-heatmap shows each depth).")
     caption += task_notes(ours, cells)
     references = (((":", "longest training instance"),) * bool(longest)
                   + (("--", "chance (best constant answer)"),) * bool(chance))
-    legend_and_caption(body, ax, caption, bands=any(iv.low is not None for iv in shown),
-                        references=references)
+    legend_and_caption(body, ax, caption, references=references)
     return fig
+
+
+def _seed_values(s: TaskSeries, metric: str) -> list[tuple[list[int], list[float]]]:
+    """(lengths, values) of each seed's own ``metric`` (passkey: its mean over depths)."""
+    out = []
+    for r in s.members:
+        at: dict[int, list[float]] = {}
+        for (n, _), p in sorted(s.task_points(r).items(), key=lambda item: item[0][0]):
+            if p["applicable"]:
+                at.setdefault(n, []).append(p[metric])
+        out.append((list(at), [sum(v) / len(v) for v in at.values()]))
+    return out
+
+
+def _panel_text(columns: int) -> tuple[float, float, float, int]:
+    """(ticks, labels, cells) in pt and a panel title's characters a line, for heatmap panels
+    ``columns`` across: on screen as ever; in a paper the style's sizes, titles wrapped to
+    the panel's width (a character is about 0.55 of its size wide)."""
+    look = current()
+    if look.words_inside:
+        return 8, 9, 7, 42
+    return (look.small, look.label, look.note - 1,
+            int(0.7 * look.width / columns * 72 / (0.55 * look.label)))
 
 
 def passkey_heatmap(series: list[TaskSeries]):
@@ -124,8 +154,10 @@ def passkey_heatmap(series: list[TaskSeries]):
     caption += [f"not drawn, beyond {MAX_PANELS} panels: {s.label}"
                 for s, _ in drawn[MAX_PANELS:]]
     drawn = drawn[:MAX_PANELS]
-    columns = min(PANEL_COLUMNS, len(drawn))
+    # a panel needs about 2 inches: one paper column holds one
+    columns = min(PANEL_COLUMNS, len(drawn), max(1, int(current().width // 2)))
     rows = math.ceil(len(drawn) / columns)
+    tick, label, cell, wrap = _panel_text(columns)
     fig, body = titled("Passkey retrieval: exact match by context length and depth of the key",
                         _task_subtitle([s for s, _ in drawn]), 3.0 * rows + 0.6)
     axes = body.subplots(rows, columns, squeeze=False)
@@ -133,20 +165,20 @@ def passkey_heatmap(series: list[TaskSeries]):
     for k, (ax, (s, (lengths, depths, grid))) in enumerate(zip(axes.flat, drawn, strict=False)):
         image = ax.imshow(grid, cmap=cmap, vmin=0, vmax=1, aspect="auto",
                           interpolation="nearest")
-        ax.set_xticks(range(len(lengths)), [str(n) for n in lengths], fontsize=8,
+        ax.set_xticks(range(len(lengths)), [str(n) for n in lengths], fontsize=tick,
                       rotation=45 * (len(lengths) > 6))
-        ax.set_yticks(range(len(depths)), [f"{d:g}" for d in depths], fontsize=8)
+        ax.set_yticks(range(len(depths)), [f"{d:g}" for d in depths], fontsize=tick)
         ax.set_title("\n".join(textwrap.wrap(s.label + seeds_text(s)
                                              + (f" · train ≤ {s.max_length}"
-                                                if s.max_length else ""), 42)), fontsize=9)
+                                                if s.max_length else ""), wrap)), fontsize=label)
         if k % columns == 0:
-            ax.set_ylabel("depth of the key\n(0: context start)", fontsize=9)
+            ax.set_ylabel("depth of the key\n(0: context start)", fontsize=label)
         if k >= len(drawn) - columns:
-            ax.set_xlabel("context length (tokens)", fontsize=9)
+            ax.set_xlabel("context length (tokens)", fontsize=label)
         if len(lengths) <= ANNOTATED[0] and len(depths) <= ANNOTATED[1]:
             for (i, j), value in np.ndenumerate(grid):
                 ax.text(j, i, "n/a" if np.isnan(value) else acc(value), ha="center",
-                        va="center", fontsize=7,
+                        va="center", fontsize=cell,
                         color="black" if np.isnan(value) or value > 0.6 else "white")
         within = sum(n <= s.max_length for n in lengths) if s.max_length else 0
         if 0 < within < len(lengths):
@@ -160,10 +192,12 @@ def passkey_heatmap(series: list[TaskSeries]):
 
 
 def _tasks(report: Report) -> Iterator[tuple[str, object]]:
+    """tasks-TASK of the report's first metric, tasks-TASK-METRIC of any other."""
     for task in task_groups(report.tasks):
-        fig = task_figure(report.tasks, task)
-        if fig is not None:
-            yield f"tasks-{task}", fig
+        for k, metric in enumerate(report.task_metrics):
+            fig = task_figure(report.tasks, task, metric)
+            if fig is not None:
+                yield f"tasks-{task}" + (f"-{metric}" if k else ""), fig
 
 
 def _passkey(report: Report) -> Iterator[tuple[str, object]]:

@@ -1,20 +1,23 @@
 """Task runs in a report: a run trained on an algorithmic task holds task points, not curve
 points -- exact match on held-out instances at each instance length, and for passkey at
 each depth of the key in its context.  Its series are grouped as perplexity series are (one
-identity but the seed), one per task scored and RoPE scaling, and get a table of exact match
-per task (here) and a figure per task and a passkey heatmap (task_figures.py)."""
+identity but the seed), one per task scored and RoPE scaling, and get a table per task and
+metric (here) and a figure per task and metric and a passkey heatmap (task_figures.py).
+
+The metric is the one a reader's conclusions rest on: exact match by default, and in a claim
+suite's report the accuracy its verdicts compare (the preset's thresholds.metric: exact or
+token_acc), so that a figure never shows one number while the verdict judges another."""
 
 from __future__ import annotations
 
 import re
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
 
 from posexp.report.curves import NO_INTERVAL, PERCENT, cell_text
 from posexp.report.series import (
-    STYLES,
     Region,
     Series,
     _order,
@@ -26,6 +29,7 @@ from posexp.report.series import (
     series_identity,
     short_names,
 )
+from posexp.report.style import colour_curves
 from posexp.runs import DAMAGED, EVAL, RunResult, point_scaling
 from posexp.scaling import order as scaling_order
 from posexp.stats import Interval, t_interval
@@ -99,9 +103,8 @@ def task_rank(task: str) -> tuple[int, str]:
 
 def task_series(runs: list[RunResult]) -> tuple[list[TaskSeries], list[list[RunResult]]]:
     """Every task series of ``runs``, labelled (by what differs between the series of its
-    task) and styled (the encoding's colour; a style per series of one colour), in report
-    order: task, then as build_series orders; and the groups of runs of one identity and
-    one seed, of which only the first counts."""
+    task) and styled (style_tasks), in report order: task, then as build_series orders; and
+    the groups of runs of one identity and one seed, of which only the first counts."""
     by_seed: dict[tuple, dict[object, list[RunResult]]] = defaultdict(dict)
     for r in sorted(runs, key=lambda r: str(r.path)):
         for task, scaling in {(p["task"], point_scaling(p)) for p in r.tasks}:
@@ -130,13 +133,15 @@ def task_series(runs: list[RunResult]) -> tuple[list[TaskSeries], list[list[RunR
                 *(_order(ident.get(k)) for k in keys[s.task]), scaling_order(s.scaling))
 
     series.sort(key=order)
-    colours = encoding_colours(list(dict.fromkeys(s.encoding for s in series)))
-    taken: Counter = Counter()
-    for s in series:
-        s.colour = colours[s.encoding]
-        s.styles = {None: STYLES[taken[(s.task, s.colour)] % len(STYLES)]}
-        taken[(s.task, s.colour)] += 1
+    style_tasks(series)
     return series, list(duplicates.values())
+
+
+def style_tasks(series: list[TaskSeries]) -> None:
+    """The encoding's colour, shaded where series of one task share it (style.py)."""
+    colours = encoding_colours(list(dict.fromkeys(s.encoding for s in series)))
+    colour_curves(series, lambda s: colours[s.encoding],
+                  lambda s, _: (s.task, s.config, s.scaling), lambda s: s.task)
 
 
 def task_groups(series: list[TaskSeries]) -> dict[str, list[TaskSeries]]:
@@ -147,32 +152,58 @@ def task_groups(series: list[TaskSeries]) -> dict[str, list[TaskSeries]]:
     return groups
 
 
+@dataclass(frozen=True)
+class Metric:
+    name: str  # in tables, captions and axis labels
+    chance: str  # the task point's key of the best constant answer's score
+    what: str  # what it counts, for the table's caption
+
+
+EXACT = "exact"
+METRICS = {
+    EXACT: Metric("exact match", "chance_exact", "the share of held-out instances whose whole "
+                  "answer is right (teacher-forced argmax, which greedy decoding's exact "
+                  "match equals)"),
+    "token_acc": Metric("token accuracy", "chance_token", "the share of answer tokens "
+                        "right (teacher-forced argmax)"),
+}
+
+
 @dataclass
 class TaskCell:
-    """One length of a task series: exact match, the mean over seeds (for passkey, of each
-    seed's mean over depths), and the best constant answer's; ``exact`` None where no
-    seed's point is applicable, and ``reason`` why."""
+    """One length of a task series: a metric's mean over seeds (for passkey, of each seed's
+    mean over depths), and the best constant answer's; ``value`` None where no seed's point
+    is applicable, and ``reason`` why."""
 
-    exact: Interval | None
+    value: Interval | None
     chance: float | None = None
     reason: str | None = None
 
 
-def exact_interval(by_seed: list[list[dict]]) -> Interval:
-    """The mean exact match of applicable points, one list per seed (one point, or one per
+def metric_interval(by_seed: list[list[dict]], metric: str = EXACT) -> Interval:
+    """The mean ``metric`` of applicable points, one list per seed (one point, or one per
     passkey depth): Student-t across two seeds or more, clipped to [0, 1]; one seed's own
-    Wilson interval, pooled over the instances of its depths when there are several."""
-    means = [sum(p["exact"] for p in points) / len(points) for points in by_seed]
+    interval, for exact match pooled over the instances of its depths when there are
+    several (Wilson), for token accuracy the depths' intervals combined in quadrature."""
+    means = [sum(p[metric] for p in points) / len(points) for points in by_seed]
     if len(by_seed) > 1:
         iv = t_interval(means)
         return Interval(iv.value, max(0.0, iv.low), min(1.0, iv.high), iv.n,
                         f"Student-t over {iv.n} seeds, clipped to [0, 1]")
     [points] = by_seed
+    low_key, high_key = f"{metric}_low", f"{metric}_high"
+    if any(p.get(low_key) is None or p.get(high_key) is None for p in points):
+        return Interval(means[0], None, None, 1, NO_INTERVAL)
     if len(points) == 1:
         [p] = points
-        if p.get("exact_low") is None or p.get("exact_high") is None:
-            return Interval(p["exact"], None, None, 1, NO_INTERVAL)
-        return Interval(p["exact"], p["exact_low"], p["exact_high"], 1, WILSON)
+        return Interval(p[metric], p[low_key], p[high_key], 1, WILSON if metric == EXACT
+                        else "one seed's bootstrap over its instances")
+    if metric != EXACT:
+        n = len(points)
+        below = np.sqrt(sum((p[metric] - p[low_key]) ** 2 for p in points)) / n
+        above = np.sqrt(sum((p[high_key] - p[metric]) ** 2 for p in points)) / n
+        return Interval(means[0], max(0.0, means[0] - below), min(1.0, means[0] + above), 1,
+                        "the depths' intervals combined in quadrature")
     from posexp.data.tasks import binomial_interval
 
     hits = sum(round(p["exact"] * p["count"]) for p in points)
@@ -180,9 +211,9 @@ def exact_interval(by_seed: list[list[dict]]) -> Interval:
     return Interval(means[0], low, high, 1, WILSON + " (pooled over depths)")
 
 
-def task_cells(s: TaskSeries) -> dict[int, TaskCell]:
-    """length -> the cell of task series ``s``, at every length one of its seeds was scored
-    at."""
+def task_cells(s: TaskSeries, metric: str = EXACT) -> dict[int, TaskCell]:
+    """length -> the cell of task series ``s`` in ``metric``, at every length one of its
+    seeds was scored at."""
     by_run = [s.task_points(r) for r in s.members]
     cells = {}
     for length in sorted({n for points in by_run for n, _ in points}):
@@ -193,9 +224,9 @@ def task_cells(s: TaskSeries) -> dict[int, TaskCell]:
                               for p in points})
             cells[length] = TaskCell(None, reason="; ".join(reasons))
             continue
-        chance = [p["chance_exact"] for points in ok for p in points
-                  if p.get("chance_exact") is not None]
-        cells[length] = TaskCell(exact_interval(ok),
+        key = METRICS[metric].chance
+        chance = [p[key] for points in ok for p in points if p.get(key) is not None]
+        cells[length] = TaskCell(metric_interval(ok, metric),
                                  sum(chance) / len(chance) if chance else None)
     return cells
 
@@ -223,7 +254,7 @@ def acc(x: float) -> str:
 def task_cell_text(cell: TaskCell | None, bold: bool = False, interval: bool = True) -> str:
     if cell is None:
         return ""
-    return "n/a" if cell.exact is None else cell_text(cell.exact, acc, bold, interval)
+    return "n/a" if cell.value is None else cell_text(cell.value, acc, bold, interval)
 
 
 def seeds_text(s: Series) -> str:
@@ -258,69 +289,76 @@ def task_notes(series: list[TaskSeries], cells: list[dict[int, TaskCell]]) -> li
     """The lengths not applicable to a series and why, and the series not drawn at all."""
     lines = []
     for s, c in zip(series, cells, strict=True):
-        if c and all(cell.exact is None for cell in c.values()):
+        if c and all(cell.value is None for cell in c.values()):
             reasons = "; ".join(sorted({cell.reason for cell in c.values()}))
             lines.append(f"not drawn, no length applicable ({reasons}): {s.label} "
                          f"({', '.join(str(r.path) for r in s.members)})")
             continue
         by_reason: dict[str, list[int]] = defaultdict(list)
         for length, cell in c.items():
-            if cell.exact is None:
+            if cell.value is None:
                 by_reason[cell.reason].append(length)
         lines += [f"n/a ({reason}): {s.label} at {', '.join(map(str, lengths))}"
                   for reason, lengths in by_reason.items()]
     return lines
 
 
-def task_markdown(series: list[TaskSeries]) -> list[str]:
-    """The "Task accuracy" section: per task, exact match at each length, one row per series
-    (the best at each length in bold where series compete there), and the chance level."""
+def task_markdown(series: list[TaskSeries], metrics: tuple[str, ...] = (EXACT,)) -> list[str]:
+    """The "Task accuracy" section: per task and metric, its value at each length, one row
+    per series (the best at each length in bold where series compete there), and the chance
+    level."""
     if not series:
         return []
     lines = ["## Task accuracy", "",
-             f"Exact match: the share of held-out instances whose whole answer is right "
-             f"(teacher-forced argmax, which greedy decoding's exact match equals). Mean over "
-             f"seeds [{PERCENT} interval: Student-t across the seeds with two or more, clipped "
-             f"to [0, 1]; with one, Wilson over the instances]. Bold: the best at each length "
-             f"scored for two series or more. train ≤: the longest instance length trained "
-             f"on.", ""]
+             *(f"{METRICS[m].name.capitalize()}: {METRICS[m].what}." for m in metrics),
+             f"Mean over seeds [{PERCENT} interval: Student-t across the seeds with two or "
+             f"more, clipped to [0, 1]; with one, over the instances]. Bold: the best at each "
+             f"length scored for two series or more. train ≤: the longest instance length "
+             f"trained on.", ""]
     for task, ours in task_groups(series).items():
-        cells = [task_cells(s) for s in ours]
-        lengths = sorted({n for c in cells for n in c})
-        best = {n: max(values) for n in lengths
-                if len(values := [c[n].exact.value for c in cells
-                                  if n in c and c[n].exact is not None]) > 1}
-        reasons = list(dict.fromkeys(cell.reason for c in cells for cell in c.values()
-                                     if cell.exact is None))
-        notes = {reason: f"[^{task}-{k}]" for k, reason in enumerate(reasons, 1)}
-        extra = [heading for heading, _ in ours[0].columns()]
-        words = length_unit(task) or "length"
-        lines += [f"### {task}: exact match by {words}", "",
-                  instances_text(ours) + (". Mean over the depths at each length "
-                                           "(tasks-passkey-heatmap shows each depth)."
-                                           if task == PASSKEY else "."), "",
-                  "| " + " | ".join(["encoding", "L_train", *extra, "train ≤", "seeds",
-                                     *map(str, lengths)]) + " |",
-                  "|---|---:|" + "---|" * len(extra) + "---:|" * (2 + len(lengths))]
-        for s, c in zip(ours, cells, strict=True):
-            texts = [(task_cell_text(cell, bold=cell.exact is not None
-                                      and cell.exact.value == best.get(n))
-                      + (notes[cell.reason] if cell.exact is None else ""))
-                     if (cell := c.get(n)) else "" for n in lengths]
-            values = [value.replace("|", "/") for _, value in s.columns()]
-            lines.append("| " + " | ".join([s.encoding, str(s.train_len), *values,
-                                            "?" if s.max_length is None else str(s.max_length),
-                                            str(len(s.members)), *texts]) + " |")
-        chance = [[cell.chance for c in cells if (cell := c.get(n)) and cell.chance is not None]
-                  for n in lengths]
-        if any(chance):
-            lines.append("| " + " | ".join(["chance (best constant answer)",
-                                            *[""] * (len(extra) + 3),
-                                            *(acc(sum(v) / len(v)) if v else ""
-                                              for v in chance)]) + " |")
-        lines.append("")
-        lines += [f"{mark}: {reason}" for reason, mark in notes.items()]
-        lines += [f"* {line}" for line in task_notes(ours, cells)
-                  if line.startswith("not drawn")]
-        lines.append("")
+        for metric in metrics:
+            lines += _task_table(task, ours, metric)
+    return lines
+
+
+def _task_table(task: str, ours: list[TaskSeries], metric: str) -> list[str]:
+    """One task's table of ``metric`` (task_markdown)."""
+    cells = [task_cells(s, metric) for s in ours]
+    lengths = sorted({n for c in cells for n in c})
+    best = {n: max(values) for n in lengths
+            if len(values := [c[n].value.value for c in cells
+                              if n in c and c[n].value is not None]) > 1}
+    reasons = list(dict.fromkeys(cell.reason for c in cells for cell in c.values()
+                                 if cell.value is None))
+    notes = {reason: f"[^{task}-{metric}-{k}]" for k, reason in enumerate(reasons, 1)}
+    extra = [heading for heading, _ in ours[0].columns()]
+    words = length_unit(task) or "length"
+    lines = [f"### {task}: {METRICS[metric].name} by {words}", "",
+             instances_text(ours) + (". Mean over the depths at each length "
+                                     "(tasks-passkey-heatmap shows each depth)."
+                                     if task == PASSKEY else "."), "",
+             "| " + " | ".join(["encoding", "L_train", *extra, "train ≤", "seeds",
+                                *map(str, lengths)]) + " |",
+             "|---|---:|" + "---|" * len(extra) + "---:|" * (2 + len(lengths))]
+    for s, c in zip(ours, cells, strict=True):
+        texts = [(task_cell_text(cell, bold=cell.value is not None
+                                 and cell.value.value == best.get(n))
+                  + (notes[cell.reason] if cell.value is None else ""))
+                 if (cell := c.get(n)) else "" for n in lengths]
+        values = [value.replace("|", "/") for _, value in s.columns()]
+        lines.append("| " + " | ".join([s.encoding, str(s.train_len), *values,
+                                        "?" if s.max_length is None else str(s.max_length),
+                                        str(len(s.members)), *texts]) + " |")
+    chance = [[cell.chance for c in cells if (cell := c.get(n)) and cell.chance is not None]
+              for n in lengths]
+    if any(chance):
+        lines.append("| " + " | ".join(["chance (best constant answer)",
+                                        *[""] * (len(extra) + 3),
+                                        *(acc(sum(v) / len(v)) if v else ""
+                                          for v in chance)]) + " |")
+    lines.append("")
+    lines += [f"{mark}: {reason}" for reason, mark in notes.items()]
+    lines += [f"* {line}" for line in task_notes(ours, cells)
+              if line.startswith("not drawn")]
+    lines.append("")
     return lines

@@ -9,8 +9,14 @@ import json
 from collections.abc import Iterator
 
 from posexp.report.base import Figure, Report, register_figure
+from posexp.report.plotting import (
+    coinciding,
+    interval_caption,
+    label_axes,
+    legend_and_caption,
+    new_figure,
+)
 from posexp.report.plotting import draw as draw_curve
-from posexp.report.plotting import interval_caption, legend_and_caption, new_figure
 from posexp.report.series import Series, describe
 from posexp.runs import METRICS, RunResult
 from posexp.stats import Interval, t_interval
@@ -53,7 +59,7 @@ def training_figure(series: list[Series]):
     ours = list({s.config: s for s in series if s.scaling is None}.values())
     if not any(len(training_curve(s)[0]) > 1 for s in ours):
         return None
-    drawn, falls = [], []
+    drawn, falls, lines = [], [], []
     fig, body, (ax,) = new_figure("Validation loss while training (nats per token, on spans "
                                   "of train.val_tokens validation targets at the training "
                                   "length)", describe(ours), 4.5)
@@ -61,18 +67,18 @@ def training_figure(series: list[Series]):
         xs, ivs = training_curve(s)
         if len(xs) < 2:
             continue
-        draw_curve(ax, s.colour, s.styles[s.strides[0]], xs, ivs, s.label)
-        drawn += ivs
+        seeds = [(xs, [losses[x] for x in xs]) for losses in map(val_losses, s.members)]
+        draw_curve(ax, s.colour, s.style, xs, ivs, s.label, seeds=seeds)
+        drawn.append((s.label, ivs))
+        lines.append((s.label, xs, [iv.value for iv in ivs]))
         fall = last_quarter(xs, ivs)
         if fall is not None:
             falls.append(f"{s.label} {fall:.1%}")
-    ax.set_xlabel("tokens trained on", fontsize=11)
-    ax.set_ylabel("validation loss (nats per token)", fontsize=11)
-    caption = interval_caption(drawn) + ([
+    label_axes(ax, "tokens trained on", "validation loss (nats per token)")
+    caption = interval_caption(drawn) + coinciding(lines) + ([
         "Fall over the last quarter of training (of the loss there): " + "; ".join(falls)]
         if falls else [])
-    legend_and_caption(body, ax, caption, bands=any(iv.low is not None for iv in drawn),
-                       references=())
+    legend_and_caption(body, ax, caption, references=())
     return fig
 
 

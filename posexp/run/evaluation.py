@@ -90,7 +90,11 @@ def check_run(run: Run, info: dict, spec: RunSpec) -> None:
 
 
 def requested_points(run: Run, work: Workload, scalings: Iterable[dict | None]) -> list[dict]:
-    """The points of eval.json that the config asks for with ``scalings``."""
+    """The points of eval.json that the config asks for with ``scalings`` -- with several,
+    the run's points as trained too: the row their method x length table divides by."""
+    scalings = tuple(scalings)
+    if len(scalings) > 1 and None not in scalings:
+        scalings = (None, *scalings)
     scored = run.read_eval()
     wanted = work.requested(scalings, scored) or {}
     return [p for p in work.points(scored) if work.key(p) in wanted]
@@ -203,8 +207,9 @@ def corpus_header(path: Path, spec: RunSpec, device: torch.device) -> str:
     e = spec.cfg.eval
     stride = "" if EvalMode(e.mode) == EvalMode.nonoverlapping else (
         f", stride {e.stride}" if e.stride else ", stride half of each window")
+    n = len(spec.scalings)
     variants = "" if spec.scalings == (None,) else (
-        f", {len(spec.scalings)} RoPE scalings ("
+        f", {n} RoPE scaling{'s' * (n != 1)} ("
         + ", ".join(scaling.text(scaling.key(r)) for r in spec.scalings) + ")")
     return (f"posexp eval: {path}: {EvalMode(e.mode).value}{stride}{variants} at "
             f"{', '.join(map(str, e.lengths))} on {e.tokens:,} validation tokens spread over "

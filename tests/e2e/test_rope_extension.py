@@ -44,6 +44,12 @@ def test_eval_scores_every_variant_in_one_process_on_the_same_tokens(trained, po
     assert r.returncode == 0, r.stderr
     assert len(loads) == 1  # the model is loaded once for all eleven
     assert "11 RoPE scalings (as trained, PI \u00d71, PI \u00d74, NTK-aware" in r.stderr
+    # one method x length table, not eleven: plain first, each scaling's ratio to it below
+    assert r.stdout.count("RoPE scalings by length") == 1 and "RoPE scaled:" not in r.stdout
+    lines = r.stdout.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("method"))
+    assert lines[head + 1].startswith("plain ") and lines[head + 2].startswith("PI \u00d71 ")
+    assert sum(line.startswith("  / plain ") for line in lines) == 10
     data = read_json(run / "eval.json")
     curve = data["curve"]
     assert len({point_key(p) for p in curve}) == len(curve) == 11 * len(LENGTHS)

@@ -23,14 +23,13 @@ from posexp.report import write_report
 from posexp.report.curves import curve_cells, mode_curves
 from posexp.report.plotting import GREY
 from posexp.report.series import (
-    MARKERS,
     SPARE_COLOURS,
-    STYLES,
     build_series,
     describe,
     encoding_colours,
     stride_settings,
 )
+from posexp.report.style import ROLES, TRAINED, ramp
 from posexp.report.tables import CSV_COLUMNS
 from posexp.runs import load_run, load_runs
 from posexp.spans import Spans
@@ -338,7 +337,7 @@ def test_modes_are_separate_series(tmp_path):
     assert [(s.mode, ppl_at(s, 32)) for s in series] == [(NO, 5.0), ("sliding", 3.5)]
     # one config, one colour and style in every figure
     assert series[0].colour == series[1].colour == ENCODINGS["rope"].colour
-    assert series[0].styles[None] == series[1].styles["L/2"] == STYLES[0]
+    assert series[0].style == series[1].style == ROLES[TRAINED]
 
 
 # --- summary.csv -------------------------------------------------------------------------
@@ -390,7 +389,7 @@ def panels(fig) -> list:
 
 def curves_drawn(ax) -> list:
     """The lines of curves (a series' points), not reference lines or error-bar caps."""
-    return [line for line in ax.get_lines() if line.get_marker() in MARKERS]
+    return [line for line in ax.get_lines() if line.get_marker() in {m for _, m in ROLES.values()}]
 
 
 def series_lines(fig) -> dict[str, object]:
@@ -430,10 +429,12 @@ def test_an_encoding_has_one_colour_in_every_figure_and_styles_tell_its_series_a
     assert set(looks) == {f"{enc} L={L}" for enc, L in ALL}
     assert all(len(look) == 1 for look in looks.values())  # the same in all three figures
     colour = {series: next(iter(look))[0] for series, look in looks.items()}
-    for enc in {enc for enc, _ in ALL}:
+    for enc in {enc for enc, _ in ALL} - {"sinusoidal"}:
         assert colour[f"{enc} L=16"] == ENCODINGS[enc].colour
-    assert colour["sinusoidal L=32"] == colour["sinusoidal L=16"]
-    assert looks["sinusoidal L=32"] != looks["sinusoidal L=16"]
+    # two series of one encoding: two shades of its colour, light to dark, one style
+    assert [colour["sinusoidal L=16"], colour["sinusoidal L=32"]] == ramp(
+        ENCODINGS["sinusoidal"].colour, 2)
+    assert {one[1:] for look in looks.values() for one in look} == {ROLES[TRAINED]}
     # training-length lines are grey, not a series' colour
     for fig in figures:
         references = [line for line in panels(fig)[0].get_lines() if line not in
@@ -441,8 +442,7 @@ def test_an_encoding_has_one_colour_in_every_figure_and_styles_tell_its_series_a
         assert references and {line.get_color() for line in references} == {GREY}
 
 
-def test_series_beyond_the_palette_and_styles_stay_distinguishable():
-    assert len(set(STYLES)) == len(STYLES) == 32
+def test_series_beyond_the_palette_stay_distinguishable():
     # every registered encoding its own colour; encodings the registry does not know (runs
     # from elsewhere) the spare ones, then registered colours again
     colours = encoding_colours(in_order())
@@ -454,12 +454,13 @@ def test_series_beyond_the_palette_and_styles_stay_distinguishable():
     assert colours["hope"] in colours.values()  # the palette repeats...
 
 
-def test_series_of_one_colour_get_distinct_styles(tmp_path):
-    # ... and series of one colour never share a style: ten rope series
+def test_series_of_one_colour_get_distinct_shades(tmp_path):
+    # ... and series of one colour never share a shade: ten rope series
     for i, lr in enumerate((1, 2, 3, 4, 5, 6, 7, 8, 9, 10)):
         make_run(tmp_path, f"r{i}", f"train.lr={lr / 1000}")
     series, _ = build_series(load_runs(tmp_path)[0])
-    assert len({s.styles[None] for s in series}) == 10
+    assert [s.colour for s in series] == ramp(ENCODINGS["rope"].colour, 10)
+    assert len({s.colour for s in series}) == 10
 
 
 def test_ticks_are_plain_numbers_at_the_evaluated_lengths(tmp_path):
@@ -676,8 +677,8 @@ def test_several_sliding_strides_are_one_curve_each(tmp_path):
         # the point at 16 has stride 8, half its window: it belongs to both
         ("alibi L=16 · stride 8", {16: 5.0, 32: 4.5, 64: 4.6}),
     ]
-    assert curves[1].style != curves[2].style
-    assert curves[1].series.colour == curves[2].series.colour
+    assert curves[1].colour != curves[2].colour  # two shades of alibi's, one role
+    assert curves[1].series.style == curves[2].series.style
     lines = series_lines(extrapolation_figure(runs, "sliding"))
     assert {"alibi L=16 · stride L/2", "alibi L=16 · stride 8"} <= set(lines)
     md = markdown(runs, [], "t")
@@ -854,8 +855,9 @@ def test_write_report_warns_once_per_damaged_run(tmp_path, capsys):
     warnings = capsys.readouterr().err.strip().splitlines()
     assert warnings == [f"posexp: warning: not included: {bad / 'eval.json'} is unreadable: "
                         "Expecting value: line 1 column 12 (char 11)"]
-    assert {f.name for f in files} == {"summary.csv", "summary.md", "per_position.png",
-                                       "per_position.svg", "extrapolation_nonoverlapping.png",
+    assert {f.name for f in files} == {"summary.csv", "summary.md", "summary.tex",
+                                       "per_position.png", "per_position.svg",
+                                       "extrapolation_nonoverlapping.png",
                                        "extrapolation_nonoverlapping.svg"}
 
 

@@ -59,7 +59,7 @@ def test_seeds_are_averaged_with_a_t_interval_clipped_to_one(tmp_path):
             for seed, exact in enumerate([0.9, 0.8, 0.7])]
     [s] = task_series(runs)[0]
     assert len(s.members) == 3
-    iv = task_cells(s)[8].exact
+    iv = task_cells(s)[8].value
     half = T_975_2 * 0.1 / math.sqrt(3)
     assert iv.value == pytest.approx(0.8)
     assert iv.low == pytest.approx(0.8 - half) and iv.low == pytest.approx(0.5515862, abs=1e-6)
@@ -75,9 +75,9 @@ def test_one_seed_keeps_its_wilson_interval_and_passkey_pools_its_depths(tmp_pat
     series = task_series([copy, passkey])[0]
     [copy_series] = [s for s in series if s.task == "copy"]
     [passkey_series] = [s for s in series if s.task == "passkey"]
-    iv = task_cells(copy_series)[8].exact
+    iv = task_cells(copy_series)[8].value
     assert (iv.value, iv.low, iv.high) == (0.93, 0.88, 0.96)
-    iv = task_cells(passkey_series)[64].exact
+    iv = task_cells(passkey_series)[64].value
     assert iv.value == 0.75  # the mean over depths
     assert (iv.low, iv.high) == binomial_interval(15, 20)  # 10 + 5 of 20 instances
     assert iv.low == pytest.approx(0.5313, abs=1e-4) and iv.high == pytest.approx(0.8881,
@@ -118,9 +118,9 @@ def test_task_table_bolds_the_best_at_each_length_and_footnotes_n_a(tmp_path):
     assert rows == [
         "| rope | 64 | 31 | 1 | **1.00** [0.96, 1.00] | 0.50 [0.40, 0.60] | 0.10 [0.05, 0.17] |",
         "| alibi | 64 | 31 | 1 | **1.00** [0.96, 1.00] | **0.93** [0.88, 0.96] | "
-        "n/a[^copy-1] |",
+        "n/a[^copy-exact-1] |",
         "| chance (best constant answer) |  |  |  | 0.25 | 0.12 | 0.00 |"]
-    assert "[^copy-1]: no position beyond 20" in table
+    assert "[^copy-exact-1]: no position beyond 20" in table
 
 
 def test_randomized_positions_label_only_the_runs_that_set_them(tmp_path):
@@ -250,7 +250,7 @@ TASK_FILES = {f"{name}.{ext}" for name in ("tasks-copy", "tasks-passkey",
 def test_report_of_task_runs_only(tmp_path):
     runs = task_only(tmp_path / "runs")
     files = write_report(runs, [], tmp_path / "report", "t")
-    assert {f.name for f in files} == {"summary.csv", "summary.md", *TASK_FILES}
+    assert {f.name for f in files} == {"summary.csv", "summary.md", "summary.tex", *TASK_FILES}
     assert {f.name for f in (tmp_path / "report").iterdir()} == {f.name for f in files}
     md = (tmp_path / "report" / "summary.md").read_text()
     assert [line for line in md.splitlines() if line.startswith("###")] == [
@@ -273,7 +273,7 @@ def test_report_of_task_and_corpus_runs(tmp_path):
     assert len(runs) == 6
     files = write_report(runs, [], tmp_path / "report", "t")
     assert {f.name for f in files} == {
-        "summary.csv", "summary.md", "extrapolation_nonoverlapping.png",
+        "summary.csv", "summary.md", "summary.tex", "extrapolation_nonoverlapping.png",
         "extrapolation_nonoverlapping.svg", "per_position.png", "per_position.svg",
         *TASK_FILES}
     md = (tmp_path / "report" / "summary.md").read_text()

@@ -12,6 +12,7 @@ from posexp.encodings import ENCODINGS
 from posexp.errors import UsageError
 from posexp.listing import compare_lines, summary_points
 from posexp.report.series import METHOD_COLOURS, build_series
+from posexp.report.style import ramp
 from posexp.runs import load_runs
 from posexp.scaling import key as scaling_key
 from tests.conftest import (
@@ -97,12 +98,13 @@ def test_each_scaling_is_its_own_series_in_report_and_compare(tmp_path):
     # one encoding with scalings: a colour per method, the encoding's own as trained
     assert series[0].colour == ENCODINGS["rope"].colour != series[1].colour
     assert series[1].colour in METHOD_COLOURS
-    # beside another encoding, colours go by encoding again
+    # beside another encoding, colours go by encoding again: two shades of RoPE's
     write_run(tmp_path / "e" / "alibi-L16-s0", ["encoding=alibi"], curve[:len(LENGTHS)])
     mixed, _ = build_series(load_runs(tmp_path)[0])
+    light, dark = ramp(ENCODINGS["rope"].colour, 2)
     assert {s.label: s.colour for s in mixed} == {
-        "rope L=16": ENCODINGS["rope"].colour, f"rope L=16 + YaRN {TIMES}4":
-        ENCODINGS["rope"].colour, "alibi L=16": ENCODINGS["alibi"].colour}
+        "rope L=16": light, f"rope L=16 + YaRN {TIMES}4": dark,
+        "alibi L=16": ENCODINGS["alibi"].colour}
     assert {(row["series"], row["rope_scaling"], row["rope_scaling_factor"], row["length"])
             for row in tidy_rows(runs)} == {
         *(("rope L=16", None, None, L) for L in LENGTHS),

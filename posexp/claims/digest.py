@@ -1,0 +1,83 @@
+"""What the documentation quotes from committed reports, generated or checked, never typed:
+a number typed by hand drifts from the report it came from (the README once did).
+
+* A verdict table sits between ``<!-- verdicts: DIR -->`` and ``<!-- /verdicts -->``, and is
+  written from DIR/verdicts.json (``regenerate``; ``python -m posexp.claims.digest FILE...``
+  writes the sections again after a report is).
+* A paragraph after ``<!-- numbers: DIR -->`` may quote numbers of DIR's report in prose;
+  each decimal number in it must be one of the report's (summary.md, verdicts.md, as
+  printed there or rounded to fewer places: ``unquoted``).
+
+DIR is relative to the repository root.  tests/unit/test_committed_results.py holds the
+documents to both."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+from posexp.claims.base import HOLDS
+
+SECTION = re.compile(r"(<!-- verdicts: (\S+) -->\n).*?(<!-- /verdicts -->)", re.S)
+PARAGRAPH = re.compile(r"<!-- numbers: (\S+) -->\n(.*?)(?:\n\n|\Z)", re.S)
+DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+(?![\w.]*\d)")
+REPORT_FILES = ("summary.md", "verdicts.md")
+
+
+def digest(verdicts: dict) -> str:
+    """A report's verdicts as the documentation tables them: each claim as numbered in its
+    report, what was measured with its interval, and the verdict (and Holm's, where the
+    correction changes it)."""
+    lines = ["| claim | measured (95% interval) | verdict |", "|---|---|---|"]
+    for v in verdicts["verdicts"]:
+        verdict = v["verdict"] if v["verdict"] == HOLDS else f"**{v['verdict']}**"
+        holm = v.get("holm")
+        if holm and holm != v["verdict"]:
+            verdict += f" (after Holm: {holm})"
+        lines.append(f"| {v['claim']} | {v['measured']} | {verdict} |")
+    return "\n".join(lines)
+
+
+def regenerate(text: str, root: Path) -> str:
+    """``text`` with every verdicts section written again from its report under ``root``."""
+    def section(m: re.Match) -> str:
+        data = json.loads((root / m[2] / "verdicts.json").read_text())
+        return f"{m[1]}{digest(data)}\n{m[3]}"
+    return SECTION.sub(section, text)
+
+
+def _matches(quoted: str, printed: str) -> bool:
+    """Whether ``quoted`` is ``printed`` (a number of the report), or it rounded to fewer
+    decimal places."""
+    places = len(quoted.split(".")[1])
+    have = len(printed.split(".")[1])
+    return quoted == printed or (places < have
+                                 and f"{float(printed):.{places}f}" == quoted)
+
+
+def unquoted(text: str, root: Path) -> list[str]:
+    """The decimal numbers of ``text``'s numbers paragraphs that their report does not hold,
+    each as 'DIR: NUMBER'."""
+    missing = []
+    for m in PARAGRAPH.finditer(text):
+        report = root / m[1]
+        printed = {n for name in REPORT_FILES if (report / name).is_file()
+                   for n in DECIMAL.findall((report / name).read_text())}
+        missing += [f"{m[1]}: {q}" for q in DECIMAL.findall(m[2])
+                    if not any(_matches(q, p) for p in printed)]
+    return missing
+
+
+def main(files: list[str]) -> int:
+    """Write the verdicts sections of ``files`` again, from the reports under the current
+    directory (the repository root)."""
+    for name in files:
+        path = Path(name)
+        path.write_text(regenerate(path.read_text(), Path.cwd()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

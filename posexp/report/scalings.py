@@ -1,0 +1,108 @@
+"""The method x length table of RoPE scalings: a run scored as trained and with each scaling
+(``posexp eval RUN eval.rope_scaling=...``), one row per scaling (method and factor) below
+the plain row, one column per evaluation length.  Each cell holds the perplexity and its
+ratio to the plain row at the same length -- paired: the same run's same documents scored
+both ways, so the text's difficulty cancels and the interval is that of the scaling's
+effect, not of two unrelated numbers.  One table per model, mode and scored region, instead
+of one curve table per scaling, so that methods are read side by side."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from posexp.report.curves import PERCENT, Cell, fmt, ppl_cell, ratio_cell
+from posexp.report.series import Series
+from posexp.scaling import text as scaling_text
+from posexp.stats import Interval
+
+
+@dataclass
+class ScalingTable:
+    """One model's scorings in one mode (and, sliding, one stride setting): ``rows`` are
+    (label, length -> Cell whose ``ratio`` is over the plain row at that length)."""
+
+    model: str  # the plain series' label
+    mode: str
+    lengths: list[int]
+    rows: list[tuple[str, dict[int, Cell]]]
+
+
+def _cells(scaled: Series, plain: Series, stride: str | None) -> dict[int, Cell]:
+    """length -> the scaled series' perplexity (over its seeds) and its ratio to the plain
+    series' at that length (over the seeds scored both ways, paired run by run)."""
+    plain_points = {str(r.path): plain.points(r, stride) for r in plain.members}
+    by_run = [(r, scaled.points(r, stride)) for r in scaled.members]
+    cells = {}
+    for length in sorted({n for _, points in by_run for n in points}):
+        ok = [(r, points[length]) for r, points in by_run
+              if length in points and points[length]["applicable"]]
+        pairs = [(p, base) for r, p in ok
+                 if (base := plain_points.get(str(r.path), {}).get(length)) is not None
+                 and base["applicable"]]
+        cells[length] = Cell(ppl_cell([p for _, p in ok]) if ok else None,
+                             ratio_cell(pairs) if pairs else None)
+    return cells
+
+
+def scaling_tables(series: list[Series], mode: str) -> list[ScalingTable]:
+    """A table for each series of ``mode`` scored as trained that was also scored with a
+    RoPE scaling (fine-tunes are models of their own, not rows here)."""
+    tables = []
+    for plain in (s for s in series if s.mode == mode and s.scaling is None):
+        scaled = [s for s in series if s.mode == mode and s.scaling is not None
+                  and (s.config, s.region) == (plain.config, plain.region)]
+        if not scaled:
+            continue
+        for stride in plain.strides:
+            rows = [("plain", _cells(plain, plain, stride))]
+            rows += [(scaling_text(s.scaling), _cells(s, plain, stride)) for s in scaled]
+            lengths = sorted({n for _, cells in rows for n in cells})
+            label = plain.label + (f" · stride {stride}" if len(plain.strides) > 1 else "")
+            tables.append(ScalingTable(label, mode, lengths, rows))
+    return tables
+
+
+def ratio_fmt(x: float) -> str:
+    return f"{x:.3f}"
+
+
+def cell_text(cell: Cell | None, plain_row: bool) -> str:
+    """'ppl [low, high] (xratio [low, high])'; the plain row's ratio is 1 by definition and
+    left out."""
+    if cell is None:
+        return ""
+    if cell.ppl is None:
+        return "n/a"
+    ppl = interval_text(cell.ppl, fmt)
+    if plain_row or cell.ratio is None:
+        return ppl
+    return f"{ppl} (\u00d7{interval_text(cell.ratio, ratio_fmt)})"
+
+
+def interval_text(iv: Interval, form: Callable[[float], str]) -> str:
+    if iv.low is None or iv.high is None:
+        return form(iv.value)
+    return f"{form(iv.value)} [{form(iv.low)}, {form(iv.high)}]"
+
+
+CAPTION = (f"Perplexity, mean over seeds [{PERCENT} interval], and \u00d7 its ratio to the plain "
+           f"row at the same length [{PERCENT} interval, paired: each run's own documents "
+           "scored as trained and scaled].")
+
+
+def scaling_markdown(series: list[Series], mode: str, heading: str) -> list[str]:
+    """The report's section of ``mode``'s scaling tables (none without a scaled series)."""
+    tables = scaling_tables(series, mode)
+    if not tables:
+        return []
+    lines = [f"## {heading}: RoPE scalings by length", "", CAPTION, ""]
+    for t in tables:
+        lines += [f"### {t.model}", "",
+                  "| method | " + " | ".join(map(str, t.lengths)) + " |",
+                  "|---|" + "---:|" * len(t.lengths)]
+        for i, (label, cells) in enumerate(t.rows):
+            texts = [cell_text(cells.get(n), i == 0) for n in t.lengths]
+            lines.append("| " + " | ".join([label, *texts]) + " |")
+        lines.append("")
+    return lines
