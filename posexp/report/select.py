@@ -8,7 +8,7 @@ The kept series are shaded again among themselves (style.py), so that fewer seri
 more distinct shades, while line style and marker keep their role.  Labels hold '='
 ("rope L=16"), so OLD=NEW splits at the '=' after which the text before is a label.  A
 pattern or an OLD label that matches nothing is a mistake, not a no-op: it is refused, as
-is OLD=NEW without its '=' or with an empty side.
+is OLD=NEW without its '=' or with an empty side, and a NEW that another series is called.
 """
 
 from __future__ import annotations
@@ -62,6 +62,7 @@ class Selection:
             raise UsageError(f"--include/--exclude leave no series; {_labels_text(labels)}")
         left = list(dict.fromkeys(s.label for s in [*series, *tasks]))
         names = dict(_split(text, left) for text in self.labels)
+        _check_distinct({label: names.get(label, label) for label in left})
         for s in [*series, *tasks]:
             s.name = names.get(s.label, s.name)
         style_series(series)
@@ -79,6 +80,17 @@ def _split(text: str, labels: list[str]) -> tuple[str, str]:
         raise UsageError(f"--label {text!r}: no series is labelled what comes before any of "
                          f"its '='; {_labels_text(labels)}")
     return text[:cuts[-1]], text[cuts[-1] + 1:]
+
+
+def _check_distinct(final: dict[str, str]) -> None:
+    """Two series the --label options would call alike are refused: a legend or table with
+    one label twice cannot say which curve is which."""
+    seen: dict[str, str] = {}
+    for label, shown in final.items():
+        if shown in seen:
+            raise UsageError(f"--label would call two series {shown!r} ({seen[shown]!r} and "
+                             f"{label!r}); give each its own label")
+        seen[shown] = label
 
 
 def _labels_text(labels: list[str]) -> str:

@@ -259,6 +259,11 @@ def test_include_exclude_and_label_choose_and_rename_series(tmp_path):
     (([], [], ["rope"]), "--label 'rope': write --label OLD=NEW"),
     (([], [], ["rope L=16 · lr=0.002="]), "write --label OLD=NEW"),
     (([], [], ["=RoPE"]), "--label '=RoPE': write --label OLD=NEW"),
+    # two series called alike: by two --label, or one NEW that is another series' label
+    (([], [], ["rope L=16 · lr=0.002=R", "rope L=16 · lr=0.003=R"]),
+     "--label would call two series 'R' ('rope L=16 · lr=0.002' and 'rope L=16 · lr=0.003')"),
+    (([], [], ["rope L=16 · lr=0.003=rope L=16 · lr=0.002"]),
+     "--label would call two series 'rope L=16 · lr=0.002'"),
 ])
 def test_a_selection_that_names_nothing_is_refused(tmp_path, options, message):
     report = Report.of(four_series(tmp_path))
