@@ -82,6 +82,8 @@ def scores(root: Path, by: str, score: str) -> tuple[dict, dict, dict, list[int]
     and ppl(L) of the completed runs, and their seeds; a row is an encoding, or an encoding
     on a task."""
     runs = [r for r in load_runs(root) if r.status == "completed"]
+    if not runs:  # a choice.md of an empty table would read as a choice made
+        raise SystemExit(f"choose.py: no completed run under {root}: nothing to choose from")
     loss: dict[tuple[str, str], list[float]] = defaultdict(list)
     exact: dict[tuple[str, str], list[float]] = defaultdict(list)
     ppl: dict[tuple[str, str], list[float]] = defaultdict(list)
@@ -152,6 +154,8 @@ def main() -> None:
     if args.by == "policy" and args.score == "exact":  # one policy for all is chosen by loss
         parser.error("--by policy chooses by the mean final loss over the encodings; "
                      "--score exact chooses per encoding (--by lr or --by recipe)")
+    if not args.root.is_dir():
+        parser.error(f"{args.root} is not a directory of runs")
     text = table(args.root, args.by, args.score)
     out = args.root / "report" / "choice.md"
     out.parent.mkdir(parents=True, exist_ok=True)

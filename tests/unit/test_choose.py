@@ -64,3 +64,9 @@ def test_exact_match_needs_task_runs_scored_at_n_max(choose, tmp_path):
     eval_json.write_text(json.dumps(points))
     with pytest.raises(SystemExit, match="has no exact match at n_max"):
         choose.table(root, "recipe", "exact")
+
+
+def test_no_completed_run_is_refused_not_written_as_an_empty_choice(choose, tmp_path):
+    (tmp_path / "grid").mkdir()
+    with pytest.raises(SystemExit, match="no completed run under .*grid: nothing to choose"):
+        choose.table(tmp_path / "grid", "lr")
