@@ -68,5 +68,5 @@ def test_exact_match_needs_task_runs_scored_at_n_max(choose, tmp_path):
 
 def test_no_completed_run_is_refused_not_written_as_an_empty_choice(choose, tmp_path):
     (tmp_path / "grid").mkdir()
-    with pytest.raises(SystemExit, match="no completed run under .*grid: nothing to choose"):
+    with pytest.raises(SystemExit, match=r"no completed run under .*grid: nothing to choose"):
         choose.table(tmp_path / "grid", "lr")
