@@ -17,6 +17,7 @@ them (gpt2_model.py).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -38,9 +39,8 @@ class Kerple(DistanceBias):
         self.r1 = nn.Parameter(torch.rand(n_head) * (2 if kernel == "log" else 1))
         self.r2 = nn.Parameter(torch.rand(n_head) * (1 if kernel == "log" else 2))
 
-    # Eager, outside any compiled graph: compiled, the clamp becomes an in-place update of a
-    # tensor that the backward has saved; eager and through .data, autograd never sees it.
-    @torch.compiler.disable
+        _keep_constrain_eager()
+
     def constrain(self) -> None:
         """Clamp the stored r1 and r2 into their ranges, as the paper's code does at every
         forward (through .data: not a step autograd records)."""
@@ -51,6 +51,16 @@ class Kerple(DistanceBias):
         if self.kernel == "log":
             return -self.r1[h] * torch.log1p(self.r2[h] * distance)
         return -self.r1[h] * distance.float() ** self.r2[h]
+
+
+@functools.cache
+def _keep_constrain_eager() -> None:
+    """Kerple.constrain runs eager, outside any compiled graph: compiled, the clamp becomes
+    an in-place update of a tensor that the backward has saved; eager and through .data,
+    autograd never sees it.  Applied when the first KERPLE model is built, not at import:
+    torch.compiler.disable imports dynamo, seconds that every posexp process importing the
+    encodings would pay (measured: 1.5-3.5 s a process)."""
+    Kerple.constrain = torch.compiler.disable(Kerple.constrain)
 
 
 @dataclass(frozen=True)
