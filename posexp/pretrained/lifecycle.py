@@ -19,7 +19,6 @@ import re
 import signal
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -40,7 +39,7 @@ from posexp.pretrained.model import (
 from posexp.pretrained.rope import check_scalings
 from posexp.pretrained.scoring import load_text, missing, score, tables, wanted_text
 from posexp.pretrained.source import Source, fingerprints, resolve
-from posexp.run.evaluation import read_scored, set_aside_other_code
+from posexp.run.evaluation import raising_on_signals, read_scored, set_aside_other_code
 from posexp.run.setup import pick_device
 from posexp.runs import CONFIG, Run, atomic_write_text, code_version, now, versions
 
@@ -173,26 +172,17 @@ def source_of(cfg: DictConfig, info: dict, path: Path) -> Source:
     return source
 
 
-@contextlib.contextmanager
-def stopped_by_signals() -> Iterator[None]:
+def stopped_by_signals() -> contextlib.AbstractContextManager[None]:
     """SIGINT and SIGTERM stop what runs inside at once (nothing half-scored is written):
     a Stopped that says the points scored so far are kept, exit 128 + the signal."""
 
-    def stop(signum: int, frame: object) -> None:
+    def error_of(signum: int) -> Stopped:
         error = Stopped(f"stopped by {signal.Signals(signum).name}; the points scored so far "
                         "are in eval.json; run the same command again to score the rest")
         error.exit_code = 128 + signum
-        raise error
+        return error
 
-    previous = {}
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
-            previous[sig] = signal.signal(sig, stop)
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    return raising_on_signals(error_of)
 
 
 def _versions() -> dict:

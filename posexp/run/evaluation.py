@@ -9,7 +9,7 @@ import contextlib
 import signal
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import torch
@@ -28,12 +28,12 @@ SKIP_ADVICE = "skipped (train.resume=false moves it aside and trains it again)"
 
 
 @contextlib.contextmanager
-def signals_interrupt(step: int, advice: str) -> Iterator[None]:
-    """SIGINT/SIGTERM stop what runs inside at once (evaluation writes nothing half-scored):
-    Interrupted, with ``advice`` on what to do next."""
+def raising_on_signals(error_of: Callable[[int], BaseException]) -> Iterator[None]:
+    """SIGINT/SIGTERM raise ``error_of(signum)`` in what runs inside, at once; the handlers
+    before are put back after.  Outside the main thread signals are left alone."""
 
     def stop(signum: int, frame: object) -> None:
-        raise Interrupted(signum, step, advice)
+        raise error_of(signum)
 
     previous = {}
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -44,6 +44,12 @@ def signals_interrupt(step: int, advice: str) -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def signals_interrupt(step: int, advice: str) -> contextlib.AbstractContextManager[None]:
+    """SIGINT/SIGTERM stop what runs inside at once (evaluation writes nothing half-scored):
+    Interrupted, with ``advice`` on what to do next."""
+    return raising_on_signals(lambda signum: Interrupted(signum, step, advice))
 
 
 EMPTY = {"curve": [], "per_position": [], "tasks": [], "spans": {}}
