@@ -25,7 +25,7 @@ import torch
 from omegaconf import OmegaConf
 
 from posexp.runs import Run
-from tests.conftest import TINY, copy_run, read_json
+from tests.conftest import TINY, copy_run, in_process, read_json
 from tests.runs_on_disk import FINGERPRINT, curve_point, losses, write_run
 
 EXAMPLE = Path(__file__).parents[1] / "custom_encoding"
@@ -132,6 +132,8 @@ class Row:
     inside: bool = False  # the command runs from inside the run directory
     kept: bool = True  # eval.json is the same file afterwards
     after: Callable[[Path], None] = nothing  # what else must hold of the run afterwards
+    # a process of its own: a FIFO could hang the command (the timeout fails the test then)
+    process: bool = False
 
 
 def scored_again_with_this_code(run: Path) -> None:
@@ -214,18 +216,20 @@ ROWS = [
             0, float("inf"))), ("eval", "{run}"), 0, "kept as eval.json.damaged-",
         kept=False, after=damaged_set_aside_and_scored),
     Row("6 eval of a run whose run.json is a FIFO", fifo("run.json"), ("eval", "{run}"), 1,
-        "run.json is damaged: it is a FIFO, not a regular file"),
+        "run.json is damaged: it is a FIFO, not a regular file", process=True),
     Row("6 resume of a run whose run.json is a FIFO", fifo("run.json"), ("resume", "{run}"), 1,
-        "run.json is damaged: it is a FIFO"),
+        "run.json is damaged: it is a FIFO", process=True),
     Row("6 train again on a run whose run.json is a FIFO", fifo("run.json"),
         ("train", "encoding=rope", *TINY, "results_dir=out"), 1,
-        "run.json is damaged: it is a FIFO"),
+        "run.json is damaged: it is a FIFO", process=True),
     Row("6 ls of a run whose run.json is a FIFO", fifo("run.json"), ("ls", "out"), 0,
-        "damaged  run.json is damaged: it is a FIFO, not a regular file", stdout=True),
+        "damaged  run.json is damaged: it is a FIFO, not a regular file", stdout=True,
+        process=True),
     Row("6 eval of a run whose checkpoint.pt is a FIFO", fifo("checkpoint.pt"),
-        ("eval", "{run}"), 1, "checkpoint.pt is damaged: it is a FIFO"),
+        ("eval", "{run}"), 1, "checkpoint.pt is damaged: it is a FIFO", process=True),
     Row("6 finetune of a run whose checkpoint.pt is a FIFO", fifo("checkpoint.pt"),
-        ("finetune", "{run}", "train.seq_len=32"), 1, "checkpoint.pt is damaged: it is a FIFO"),
+        ("finetune", "{run}", "train.seq_len=32"), 1, "checkpoint.pt is damaged: it is a FIFO",
+        process=True),
     Row("8 ls of a run that is a symbolic link", linked_away, ("ls", "out"), 0,
         f"default/{NAME}  rope", stdout=True),
 ]
@@ -240,11 +244,14 @@ def test_issue_28_through_the_cli(trained, cache_dir, tmp_path, row):
     row.damage(run)
     before = (run / "eval.json").read_bytes() if (run / "eval.json").is_file() else None
     args = [a.format(run=run.relative_to(tmp_path), link="link", out="out") for a in row.args]
-    if row.locked:
+    cwd = run if row.inside else tmp_path
+    if row.locked:  # held by this process: the command is another
         with Run(run).lock():
-            r = cli(cache_dir, run if row.inside else tmp_path, *args)
+            r = cli(cache_dir, cwd, *args)
+    elif row.process:
+        r = cli(cache_dir, cwd, *args)
     else:
-        r = cli(cache_dir, run if row.inside else tmp_path, *args)
+        r = in_process(args, cwd, {"POSEXP_CACHE": str(cache_dir)})
     assert r.returncode == row.code, (r.stdout, r.stderr)
     assert "Traceback" not in r.stderr
     if row.stdout:
