@@ -10,7 +10,7 @@ import time
 from tests.conftest import TINY
 
 LONG = [a for a in TINY if not a.startswith(("train.tokens", "train.log_every"))] + [
-    "train.tokens=131072", "train.log_every=4", "train.checkpoint_every=1024",
+    "train.tokens=65536", "train.log_every=4", "train.checkpoint_every=1024",
     "encoding=rope", "results_dir=out"]
 
 

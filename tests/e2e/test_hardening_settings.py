@@ -95,7 +95,7 @@ def test_sigterm_to_a_parallel_sweep_stops_every_job_checkpointed(cache_dir, tmp
     ends with one line and 143; the same command again finishes the sweep."""
     args = ["sweep", "encoding=rope", "seed=0,1,2", "hydra/launcher=joblib",
             "hydra.launcher.n_jobs=2", *[a for a in TINY if not a.startswith("train.tokens")],
-            "train.tokens=65536", "train.checkpoint_every=1024", "results_dir=out"]
+            "train.tokens=32768", "train.checkpoint_every=1024", "results_dir=out"]
     proc = start(cache_dir, tmp_path, *args)
     root = tmp_path / "out/default"
     deadline = time.time() + 300

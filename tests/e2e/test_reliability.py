@@ -29,10 +29,10 @@ def whole(cache_dir, tmp_path_factory):
     return outcome(cwd / "out/whole/rope-L16-s0")
 
 
-def test_kill_9_at_random_points_then_resume_gives_identical_numbers(posexp, cache_dir,
+def test_kill_9_at_random_points_then_resume_gives_identical_numbers(posexp_here, cache_dir,
                                                                      tmp_path, whole):
     run = tmp_path / "out/cut/rope-L16-s0"
-    kill_points = sorted(random.Random(5).sample(range(10, 1000), 3))
+    kill_points = sorted(random.Random(5).sample(range(10, 500), 3))
     for point in kill_points:
         proc = start(cache_dir, tmp_path, "train", *LONG, "experiment=cut")
         wait_for_step(proc, run, point)
@@ -41,7 +41,7 @@ def test_kill_9_at_random_points_then_resume_gives_identical_numbers(posexp, cac
         assert read_json(run / "run.json")["status"] == "running"  # killed: nothing more said
     # the process runs on a few steps between reaching the point and the kill
     killed_at = last_step(run)
-    r = posexp("train", *LONG, "experiment=cut")  # the same command again
+    r = posexp_here("train", *LONG, "experiment=cut")  # the same command again
     assert r.returncode == 0, r.stderr
     assert "resuming from step" in r.stderr
     assert outcome(run) == whole
@@ -55,11 +55,11 @@ def test_kill_9_at_random_points_then_resume_gives_identical_numbers(posexp, cac
 
 
 @pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_signal_checkpoints_then_resume_command_finishes(posexp, cache_dir, tmp_path, whole,
+def test_signal_checkpoints_then_resume_command_finishes(posexp_here, cache_dir, tmp_path, whole,
                                                          sig, code):
     run = tmp_path / "out/sig/rope-L16-s0"
     proc = start(cache_dir, tmp_path, "train", *LONG, "experiment=sig")
-    wait_for_step(proc, run, 300)
+    wait_for_step(proc, run, 150)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == code
@@ -67,14 +67,14 @@ def test_signal_checkpoints_then_resume_command_finishes(posexp, cache_dir, tmp_
     info = read_json(run / "run.json")
     assert info["status"] == "interrupted" and "resume" in info["reason"]
     stopped_at = torch.load(run / "checkpoint.pt", weights_only=True)["step"]
-    assert stopped_at >= 300
-    r = posexp("resume", str(run))
+    assert stopped_at >= 150
+    r = posexp_here("resume", str(run))
     assert r.returncode == 0, r.stderr
     assert f"resuming from step {stopped_at}" in r.stderr
     assert outcome(run) == whole
 
 
-def test_killed_sweep_completes_only_what_is_missing(posexp, cache_dir, tmp_path):
+def test_killed_sweep_completes_only_what_is_missing(posexp_here, cache_dir, tmp_path):
     grid = ["encoding=alibi,nope", *[a for a in LONG if not a.startswith("encoding")],
             "experiment=sw"]
     root = tmp_path / "out/sw"
@@ -85,7 +85,7 @@ def test_killed_sweep_completes_only_what_is_missing(posexp, cache_dir, tmp_path
     assert read_json(root / "alibi-L16-s0/run.json")["status"] == "completed"
     assert read_json(root / "nope-L16-s0/run.json")["status"] == "running"
     done_stamp = (root / "alibi-L16-s0/checkpoint.pt").stat().st_mtime_ns
-    r = posexp("sweep", *grid)
+    r = posexp_here("sweep", *grid)
     assert r.returncode == 0, r.stderr
     assert "alibi-L16-s0: already completed" in r.stderr and "resuming from step" in r.stderr
     assert (root / "alibi-L16-s0/checkpoint.pt").stat().st_mtime_ns == done_stamp
