@@ -46,26 +46,26 @@ MALFORMED = ["", "abc", "-1", "nan", "100000000000000000000000000000", "${nope}"
 
 
 def test_malformed_overrides_end_in_a_usage_error_never_another_exception():
-    """Every key with two kinds of {empty, string, negative, nan, huge, interpolation} --
-    each kind given to a third of the keys, in rotation, so that every kind meets keys of
-    every section (all 6 x every key took two minutes) -- through compose and check alone:
-    each either composes into a config that passes the check or is refused with a one-line
-    UsageError, no other exception, which the CLI would show as a crash."""
+    """Every key with one kind of {empty, string, negative, nan, huge, interpolation} --
+    each kind given to a sixth of the keys, in rotation, so that every kind meets keys of
+    every section with six keys or more (all 6 x every key took two minutes, two kinds a
+    key 50 s) -- through compose and check alone: each either composes into a config that
+    passes the check or is refused with a one-line UsageError, no other exception, which
+    the CLI would show as a crash."""
     C.register()
     keys = leaf_keys()
     assert len(keys) > 60
     refused = 0
     for i, key in enumerate(keys):
-        for value in (MALFORMED[i % 6], MALFORMED[(i + 3) % 6]):
-            override = f"{key}={value}"
-            try:
-                compose_args([override])
-            except UsageError as e:
-                refused += 1
-                assert "\n" not in str(e).strip() and str(e), override
-            except Exception as e:  # pragma: no cover - the failure this test exists for
-                pytest.fail(f"{override}: {type(e).__name__}: {e}")
-    assert refused > len(keys)  # most of them are bad
+        override = f"{key}={MALFORMED[i % 6]}"
+        try:
+            compose_args([override])
+        except UsageError as e:
+            refused += 1
+            assert "\n" not in str(e).strip() and str(e), override
+        except Exception as e:  # pragma: no cover - the failure this test exists for
+            pytest.fail(f"{override}: {type(e).__name__}: {e}")
+    assert refused > len(keys) / 2  # most of them are bad
 
 
 def test_malformed_eval_overrides_of_a_saved_run(inputs):
