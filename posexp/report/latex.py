@@ -13,8 +13,8 @@ import re
 from collections.abc import Callable
 
 from posexp.report.base import Report
-from posexp.report.curves import PERCENT, Cell, fmt, mode_curves, stride_note
-from posexp.report.scalings import ratio_fmt, scaling_tables
+from posexp.report.curves import PERCENT, fmt, mode_curves, stride_note
+from posexp.report.scalings import cell_text, scaling_tables
 from posexp.report.tasks import METRICS, acc, task_cells, task_groups
 from posexp.stats import Interval
 
@@ -70,24 +70,13 @@ def perplexity_tables(report: Report) -> list[str]:
     return lines
 
 
-def _scaled_cell(cell: Cell | None, plain_row: bool) -> str:
-    """Perplexity, and below the plain row its ratio to plain (scalings.cell_text)."""
-    if cell is None:
-        return ""
-    if cell.ppl is None:
-        return "n/a"
-    ppl = value_text(cell.ppl, fmt)
-    if plain_row or cell.ratio is None:
-        return ppl
-    return rf"{ppl} ($\times${value_text(cell.ratio, ratio_fmt)})"
-
-
 def scaling_latex(report: Report) -> list[str]:
     """Per mode and model, the RoPE scalings' method x length table."""
     lines = []
     for mode in report.modes:
         for t in scaling_tables(report.series, mode):
-            rows = [[escape(label), *(_scaled_cell(cells.get(n), i == 0) for n in t.lengths)]
+            rows = [[escape(label), *(cell_text(cells.get(n), i == 0, value_text, r"$\times$")
+                                        for n in t.lengths)]
                     for i, (label, cells) in enumerate(t.rows)]
             caption = escape(f"RoPE scalings of {t.model} ({mode}): perplexity [{PERCENT} "
                              "interval] and \u00d7 its ratio to the plain row at the same length "

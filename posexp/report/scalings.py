@@ -67,17 +67,21 @@ def ratio_fmt(x: float) -> str:
     return f"{x:.3f}"
 
 
-def cell_text(cell: Cell | None, plain_row: bool) -> str:
+def cell_text(cell: Cell | None, plain_row: bool,
+              text: Callable[[Interval, Callable[[float], str]], str] | None = None,
+              times: str = "\u00d7") -> str:
     """'ppl [low, high] (xratio [low, high])'; the plain row's ratio is 1 by definition and
-    left out."""
+    left out.  ``text`` writes a value with its interval (interval_text by default; the
+    LaTeX table passes its own) and ``times`` is the ratio's sign."""
     if cell is None:
         return ""
     if cell.ppl is None:
         return "n/a"
-    ppl = interval_text(cell.ppl, fmt)
+    text = text or interval_text
+    ppl = text(cell.ppl, fmt)
     if plain_row or cell.ratio is None:
         return ppl
-    return f"{ppl} (\u00d7{interval_text(cell.ratio, ratio_fmt)})"
+    return f"{ppl} ({times}{text(cell.ratio, ratio_fmt)})"
 
 
 def interval_text(iv: Interval, form: Callable[[float], str]) -> str:
