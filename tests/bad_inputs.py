@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 from posexp import config as C
 from tests.conftest import TINY, compose_args
 from tests.corpora import write_words
+from tests.presets import shipped_preset
 
 UNSET = "POSEXP_TEST_UNSET_VARIABLE"
 
@@ -54,7 +55,7 @@ def make_inputs(d: Path) -> None:
     for name, text in config_dirs.items():
         (d / name).parent.mkdir(parents=True, exist_ok=True)
         (d / name).write_text(text)
-    preset = yaml.safe_load((Path(C.CONFIG_DIR) / "reproduce" / "cpu.yaml").read_text())
+    preset = shipped_preset("cpu")
     (d / "broken.yaml").write_text("runs: [\n  - [encoding=rope\n")
     (d / "nokey.yaml").write_text(yaml.safe_dump({k: v for k, v in preset.items()
                                                   if k != "thresholds"}))
@@ -62,8 +63,7 @@ def make_inputs(d: Path) -> None:
     (d / "badreport.yaml").write_text(yaml.safe_dump({**preset, "report": "../elsewhere"}))
     (d / "nomodel.yaml").write_text(yaml.safe_dump({**preset, "thresholds": {
         **preset["thresholds"], "t5_flat": "high"}}))
-    encodings = yaml.safe_load((Path(C.CONFIG_DIR) / "reproduce" / "encodings.yaml")
-                               .read_text())
+    encodings = shipped_preset("encodings")
     del encodings["thresholds"]["randomized"]
     (d / "norandom.yaml").write_text(yaml.safe_dump(encodings))
     (d / "target.yaml").write_text(yaml.safe_dump(

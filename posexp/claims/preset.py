@@ -16,6 +16,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from posexp.claims.base import Margin
+from posexp.claims.margins import load_margins, margins_path
 from posexp.claims.registry import CLAIM_SETS, ClaimSet
 from posexp.config import CONFIG_DIR
 from posexp.config.check import check_name
@@ -35,7 +36,7 @@ class Preset:
     train_seq_len: int  # L of its claims
     overrides: list  # common to every run
     runs: list  # each a list of overrides
-    thresholds: dict  # the claim set's
+    thresholds: dict  # the claim set's: from its margins file, or here for a preset of its own
     claims: str = DEFAULT_SET  # its claim set (posexp/claims/registry.py)
     description: str | None = None  # what its runs are, for verdicts.md
     report: str | None = None  # its report directory beside its runs (default report)
@@ -46,6 +47,8 @@ class Preset:
     # each encoding's learning rate (encoding -> lr), from the suite's sweep: added to every
     # run (and fine-tune parent) of that encoding that sets none itself
     learning_rates: dict | None = None
+    # its margins file (claims/margins.py): the thresholds, fixed before its runs train
+    margins: str | None = None
 
 
 def preset_path(name: str) -> Path:
@@ -76,6 +79,11 @@ def load_preset(name: str) -> tuple[DictConfig, ClaimSet]:
         raise UsageError(f"preset {path}: claims must be one of {', '.join(CLAIM_SETS)}, "
                          f"got {name!r}")
     claim_set = CLAIM_SETS[name]
+    if isinstance(tree.get("margins"), str):
+        if "thresholds" in tree:
+            raise UsageError(f"preset {path}: give its thresholds in its margins file "
+                             f"({tree['margins']}) or in the preset, not both")
+        tree["thresholds"] = load_margins(path, tree["margins"])
     _check(path, tree, Preset, "", claim_set)
     _check(path, tree["thresholds"], claim_set.thresholds, "thresholds.", claim_set)
     _check_multiples(path, tree["thresholds"])
@@ -238,6 +246,13 @@ def with_lr(preset: DictConfig, run: list[str]) -> list[str]:
                          f"encoding {encoding} (every encoding trains at its own, from the "
                          "suite's sweep)")
     return [*run, f"train.lr={rates[encoding]}"]
+
+
+def margins_file(name: str, preset: DictConfig) -> Path:
+    """The file that fixes the preset's margins: its margins file, or the preset itself when
+    it holds its thresholds."""
+    path = preset_path(name)
+    return margins_path(path, preset.margins) if preset.get("margins") else path
 
 
 def report_dir(preset: DictConfig, name: str) -> str:

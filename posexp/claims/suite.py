@@ -19,12 +19,14 @@ from posexp.claims.base import HOLDS, SLIDING, Verdict, correct
 from posexp.claims.preset import (
     DEFAULT_SET,
     load_preset,
+    margins_file,
     preset_path,
     preset_runs,
     preset_seeds,
     report_dir,
     with_lr,
 )
+from posexp.claims.margins import margins_record, margins_text
 from posexp.claims.registry import CLAIM_SETS, ClaimSet
 from posexp.config import RunSpec, check, compose
 from posexp.errors import PosexpError, UsageError, first_line
@@ -117,7 +119,7 @@ def reproduce(name: str, results_dir: Path, config_dir: str | None = None) -> li
     report and verdicts; ``config_dir`` adds config files as --config-dir does.  After the
     report, a PosexpError says how many runs failed."""
     preset, claim_set = load_preset(name)
-    made = provenance(name)  # the preset as read, before hours of training
+    made = provenance(name, preset)  # the preset as read, before hours of training
     sections = claim_set.sections(preset)
     seeds = preset_seeds(preset, name)
     report = report_dir(preset, name)
@@ -180,7 +182,7 @@ def write_verdicts(out: Path, name: str, preset: DictConfig, claim_set: ClaimSet
     note = claim_set.note(runs, preset) if claim_set.note else None
     atomic_write_text(out / "verdicts.md", verdicts_markdown(
         name, preset, by_section, note, failed, devices,
-        f"{provenance_text(made)}\n\n{versions_table(runs)}"))
+        f"{provenance_text(made, runs)}\n\n{versions_table(runs)}"))
     atomic_write_json(out / "verdicts.json", {
         "preset": name, **made, "seeds": seeds, "verdicts": [asdict(v) for v in rows],
         "failed": {str(path): message for path, message in failed.items()},
@@ -192,22 +194,27 @@ def preset_sha256(name: str) -> str:
     return hashlib.sha256(preset_path(name).read_bytes()).hexdigest()
 
 
-def provenance(name: str) -> dict:
+def provenance(name: str, preset: DictConfig) -> dict:
     """What verdicts.json records of what made it: the preset file's hash -- a test fails
     when a committed report's preset has changed since (tests/unit/test_committed_results.py)
-    -- and posexp's version, the hash of the code that computes a run's numbers, and of the
-    whole package (the claims' judging too)."""
+    --, its margins file's hash and history (claims/margins.py), and posexp's version, the
+    hash of the code that computes a run's numbers, and of the whole package (the claims'
+    judging too)."""
     from posexp.version import __version__, package_sha256, source_sha256
 
     return {"preset_sha256": preset_sha256(name),
+            "margins": margins_record(margins_file(name, preset)),
             "code": {"posexp": __version__, "source_sha256": source_sha256(),
                      "package_sha256": package_sha256()}}
 
 
-def provenance_text(made: dict) -> str:
+def provenance_text(made: dict, runs: list[RunResult]) -> str:
+    """The preset's and the code's hashes, and the margins' history against the first run."""
     code = made["code"]
+    starts = [str(r.info["started_at"]) for r in runs if r.info.get("started_at")]
     return (f"Preset file sha256 {made['preset_sha256'][:16]}; posexp {code['posexp']}, "
-            f"source {code['source_sha256'][:16]}, package {code['package_sha256'][:16]}.")
+            f"source {code['source_sha256'][:16]}, package {code['package_sha256'][:16]}.\n\n"
+            + margins_text(made["margins"], min(starts) if starts else None))
 
 
 def verdict_table(rows: list[Verdict]) -> str:

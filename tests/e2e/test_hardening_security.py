@@ -21,6 +21,7 @@ import yaml
 
 from posexp import config as C
 from tests.conftest import copy_run
+from tests.presets import shipped_preset
 from tests.runs_on_disk import curve_point, losses, write_run
 from tests.unit.test_report_tasks import task_point, task_run, write_task_run
 
@@ -32,7 +33,7 @@ PRESETS = Path(C.CONFIG_DIR) / "reproduce"
 
 def preset(name: str, change: Callable[[dict], None]) -> str:
     """A shipped preset, changed, as YAML."""
-    tree = yaml.safe_load((PRESETS / f"{name}.yaml").read_text())
+    tree = shipped_preset(name)
     change(tree)
     return yaml.safe_dump(tree)
 

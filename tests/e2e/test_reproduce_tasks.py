@@ -1,20 +1,19 @@
 """The claim set ``tasks`` (Kazemnejad et al.; Ruoss et al.) on synthetic task runs whose
 accuracies are chosen, and the preset end to end at a tiny scale."""
-from pathlib import Path
 
 import yaml
 
 from posexp import config as C
 from posexp.claims.base import UNMEASURED
 from posexp.claims.preset import load_preset, report_dir
-from posexp.config import CONFIG_DIR
 from tests.conftest import assert_usage_error, read_json
+from tests.presets import shipped_preset
 
 C.register()
 
 
 def test_a_bad_tasks_preset_is_one_line_before_any_run(posexp_here, tmp_path):
-    preset = yaml.safe_load((Path(CONFIG_DIR) / "reproduce" / "tasks.yaml").read_text())
+    preset = shipped_preset("tasks")
     (tmp_path / "f1.yaml").write_text(yaml.safe_dump(
         {**preset, "thresholds": {**preset["thresholds"], "metric": "f1"}}))
     (tmp_path / "nogain.yaml").write_text(yaml.safe_dump(
@@ -33,7 +32,7 @@ def test_a_bad_tasks_preset_is_one_line_before_any_run(posexp_here, tmp_path):
 def test_the_tasks_preset_end_to_end(posexp_here, tmp_path):
     preset = load_preset("tasks")[0]
     # the preset's own file, shrunk: its run names stay interpolations for each run
-    tiny = yaml.safe_load((Path(CONFIG_DIR) / "reproduce" / "tasks.yaml").read_text())
+    tiny = shipped_preset("tasks")
     tiny["seeds"], tiny["train_seq_len"] = [0], 16
     tiny["thresholds"].update(tasks=["copy"], randomized=["rope"])
     tiny["overrides"] = [o for o in tiny["overrides"] if not o.startswith(("model.", "train."))] + [

@@ -13,12 +13,14 @@ import json
 import re
 from pathlib import Path
 
+from omegaconf import OmegaConf
 from typer.testing import CliRunner
 
 import posexp.run
 from posexp.claims import reproduce
 from posexp.claims.digest import main as write_sections
 from posexp.claims.digest import regenerate, unquoted
+from posexp.claims.margins import margins_record
 from posexp.claims.suite import preset_sha256, provenance
 from posexp.cli.app import app
 from posexp.config import CONFIG_DIR
@@ -54,10 +56,23 @@ def drifted(results: Path, predate: set[str]) -> list[str]:
         if preset_sha256(data["preset"]) != data["preset_sha256"]:
             problems.append(f"{where}: preset {data['preset']} changed since the report was "
                             f"written: posexp reproduce --preset {data['preset']}")
+        margins = data.get("margins")
+        # a preset that holds its thresholds is its own margins file: its drift says it all
+        if margins and margins["file"] != data["preset"] and margins_drift(margins):
+            problems.append(f"{where}: the margins of preset {data['preset']} changed since the "
+                            f"report was written ({margins['file']})")
         numbers = [int(n) for n in NUMBERED.findall((path.parent / "verdicts.md").read_text())]
         if numbers != list(range(1, len(numbers) + 1)):
             problems.append(f"{where}: claims numbered {numbers} in verdicts.md's tables")
     return problems
+
+
+def margins_drift(recorded: dict) -> bool:
+    """Whether the margins file the report read differs now (or the preset names another)."""
+    shown = recorded["file"]
+    path = Path(CONFIG_DIR) / shown.removeprefix("configs/") if shown.startswith(
+        "configs/") else Path(shown)
+    return not path.is_file() or margins_record(path)["sha256"] != recorded["sha256"]
 
 
 def test_every_committed_report_was_written_by_its_preset_as_it_stands():
@@ -81,6 +96,7 @@ def test_reproduce_records_its_preset_and_code_and_numbers_claims_in_order(tmp_p
     assert drifted(tmp_path / "results", set()) == [
         f"claims/report: preset {preset} changed since the report was written: "
         f"posexp reproduce --preset {preset}"]
+    assert f"Margins: {preset} (sha256 {made['margins']['sha256'][:16]})" in md
 
 
 def fake_report(results: Path, preset: Path, numbers=(1, 2)) -> Path:
@@ -88,7 +104,7 @@ def fake_report(results: Path, preset: Path, numbers=(1, 2)) -> Path:
     out = results / "exp" / "report"
     out.mkdir(parents=True)
     (out / "verdicts.json").write_text(json.dumps({"preset": str(preset),
-                                                   **provenance(str(preset))}))
+                                                   **provenance(str(preset), OmegaConf.create())}))
     (out / "verdicts.md").write_text("".join(f"| {n}. a claim | holds |\n" for n in numbers))
     return out
 
