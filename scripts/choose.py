@@ -1,23 +1,27 @@
-"""Choose a setting from a grid of runs by their final training loss, or a task run's exact
-match at n_max, never by what the claims are judged on: writes choice.md into the
-directory's report.
+"""Choose a setting from a grid of runs by their final training loss, their final validation
+loss at L, or a task run's exact match at n_max, never by what the claims are judged on
+(lengths past L): writes choice.md into the directory's report.
 
     python scripts/choose.py results/ablate-policy --by policy   # one policy for all
     python scripts/choose.py results/lr-sweep --by lr            # each encoding's own lr
+    python scripts/choose.py results/cpu-L128 --by lr --score val --only train.tokens=2000000
     python scripts/choose.py results/task-recipe --by recipe --score exact   # a task recipe
 
 A run's final training loss is the mean of the training losses it logged over its last 10% of
-tokens (train.log_every: every step's batch at 1, a few batches a point at 5).  Training is
+tokens (train.log_every: every step's batch at 1, a few batches a point at 5). Training is
 one pass over the corpus, so it estimates the held-out loss without reading the validation
-split that the claims are judged on.  ``--score exact`` reads a task run's exact match at
-n_max instead (higher is better, ties broken by the loss): whether the recipe learns the task
-in distribution, the learnability gate's measure -- the claims compare lengths past n_max,
-which choose nothing.  Per encoding (and task) and setting the value is the mean over seeds,
-beside their range; ``--by policy`` chooses the policy (model.init, model.tie_weights) whose
-mean over the encodings is best, ``--by lr`` each encoding's learning rate, ``--by recipe``
-its learning rate and batch in tokens, and says when the best lies at an edge of the grid
-(then the grid is too narrow to call it best).  ppl(L) on the scored spans is shown beside,
-for the reader, and chooses nothing.
+split that the claims are judged on. ``--score val`` reads the final model's loss at L on the
+scored spans (the suites' tuning protocol: its sweep scores at L only, so the choice sees no
+number past L). ``--only KEY=VALUE`` keeps the runs whose identity has that value (the
+sweep's budget, where the suite's runs share its directory). ``--score exact`` reads a task
+run's exact match at n_max instead (higher is better, ties broken by the loss): whether the
+recipe learns the task in distribution, the learnability gate's measure -- the claims compare
+lengths past n_max, which choose nothing. Per encoding (and task) and setting the value is
+the mean over seeds, beside their range; ``--by policy`` chooses the policy (model.init,
+model.tie_weights) whose mean over the encodings is best, ``--by lr`` each encoding's
+learning rate, ``--by recipe`` its learning rate and batch in tokens, and says when the best
+lies at an edge of the grid (then the grid is too narrow to call it best). ppl(L) on the
+scored spans is shown beside, for the reader, and chooses nothing.
 """
 
 from __future__ import annotations
@@ -77,19 +81,32 @@ def at_edge(best: str, settings: list[str]) -> bool:
                for i in range(len(numbers(best))))
 
 
-def scores(root: Path, by: str, score: str) -> tuple[dict, dict, dict, list[int]]:
-    """Per (row, setting): the final losses, the exact matches at n_max (``--score exact``)
-    and ppl(L) of the completed runs, and their seeds; a row is an encoding, or an encoding
-    on a task."""
-    runs = [r for r in load_runs(root) if r.status == "completed"]
+def kept(identity: dict, only: list[str]) -> bool:
+    """Whether every KEY=VALUE of ``only`` holds of the identity (values compared as text)."""
+    return all(str(identity.get(k)) == v for k, _, v in (o.partition("=") for o in only))
+
+
+def scores(root: Path, by: str, score: str, only: list[str]) -> tuple[dict, dict, dict,
+                                                                      list[int]]:
+    """Per (row, setting): the final losses (training, or validation at L with ``--score
+    val``), the exact matches at n_max (``--score exact``) and ppl(L) of the completed runs
+    ``only`` keeps, and their seeds; a row is an encoding, or an encoding on a task."""
+    runs = [r for r in load_runs(root) if r.status == "completed" and kept(r.identity, only)]
     if not runs:  # a choice.md of an empty table would read as a choice made
-        raise SystemExit(f"choose.py: no completed run under {root}: nothing to choose from")
+        raise SystemExit(f"choose.py: no completed run under {root}"
+                         f"{' with ' + ', '.join(only) if only else ''}: nothing to choose "
+                         "from")
     loss: dict[tuple[str, str], list[float]] = defaultdict(list)
     exact: dict[tuple[str, str], list[float]] = defaultdict(list)
     ppl: dict[tuple[str, str], list[float]] = defaultdict(list)
     for r in runs:
         key = (f"{r.encoding} on {r.task}" if r.task else r.encoding, setting(r.identity, by))
-        loss[key].append(final_loss(r.path))
+        if score == "val":
+            if (value := ppl_at_train_len(r)) is None:
+                raise SystemExit(f"choose.py: {r.path} has no point at L on the scored spans")
+            loss[key].append(float(np.log(value)))
+        else:
+            loss[key].append(final_loss(r.path))
         if score == "exact":
             if (value := in_distribution(r)) is None:
                 raise SystemExit(f"choose.py: {r.path} has no exact match at n_max (a task "
@@ -100,8 +117,8 @@ def scores(root: Path, by: str, score: str) -> tuple[dict, dict, dict, list[int]
     return loss, exact, ppl, sorted({r.seed for r in runs})
 
 
-def table(root: Path, by: str, score: str = "loss") -> str:
-    loss, exact, ppl, seeds = scores(root, by, score)
+def table(root: Path, by: str, score: str = "loss", only: tuple[str, ...] = ()) -> str:
+    loss, exact, ppl, seeds = scores(root, by, score, list(only))
     rows = list(dict.fromkeys(e for e, _ in sorted(loss)))
     settings = sorted({s for _, s in loss},
                       key=lambda s: s if by == "policy" else (numbers(s), s))
@@ -133,30 +150,42 @@ def table(root: Path, by: str, score: str = "loss") -> str:
         chosen = min(overall, key=overall.get)
         row = " | ".join(f"{overall[s]:.4f}" if s in overall else "—" for s in settings)
         lines.append(f"| mean | {row} | **{chosen}** |")
-    what = ("Exact match at n_max (the held-out instances of the longest trained length; "
-            "ties broken by the final training loss)" if score == "exact" else
-            f"Final training loss (nats/token; the mean of the losses logged over the last "
-            f"{TAIL:.0%} of tokens)")
-    return (f"# Choice by {'exact match at n_max' if score == 'exact' else 'final training loss'}"
-            f" ({by}), {root}\n\n{what}, mean over seeds {', '.join(map(str, seeds))} (their "
+    title, what = WHAT[score]
+    kept_text = f" Runs with {', '.join(only)} only." if only else ""
+    return (f"# Choice by {title} ({by}), {root}\n\n{what},{kept_text} mean over seeds "
+            f"{', '.join(map(str, seeds))} (their "
             "range); ppl(L) on the scored spans beside it (geometric mean over seeds), which "
             "chooses nothing. Bold: the best of each row.\n\n" + "\n".join(lines) + "\n")
+
+
+WHAT = {  # --score: (the title, what the table shows)
+    "exact": ("exact match at n_max", "Exact match at n_max (the held-out instances of the "
+              "longest trained length; ties broken by the final training loss)"),
+    "loss": ("final training loss", f"Final training loss (nats/token; the mean of the losses "
+             f"logged over the last {TAIL:.0%} of tokens)"),
+    "val": ("final validation loss at L", "Final validation loss at L (nats/token: the final "
+            "model's loss on the scored spans in windows of the training length)"),
+}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("root", type=Path, help="the experiment directory of the grid's runs")
     parser.add_argument("--by", choices=("policy", "lr", "recipe"), required=True)
-    parser.add_argument("--score", choices=("loss", "exact"), default="loss",
-                        help="final training loss (lowest), or a task run's exact match at "
-                             "n_max (highest)")
+    parser.add_argument("--score", choices=tuple(WHAT), default="loss",
+                        help="final training loss or validation loss at L (lowest), or a "
+                             "task run's exact match at n_max (highest)")
+    parser.add_argument("--only", action="append", default=[], metavar="KEY=VALUE",
+                        help="keep the runs whose identity has this value (repeatable)")
     args = parser.parse_args()
     if args.by == "policy" and args.score == "exact":  # one policy for all is chosen by loss
         parser.error("--by policy chooses by the mean final loss over the encodings; "
                      "--score exact chooses per encoding (--by lr or --by recipe)")
     if not args.root.is_dir():
         parser.error(f"{args.root} is not a directory of runs")
-    text = table(args.root, args.by, args.score)
+    if any("=" not in o for o in args.only):
+        parser.error("--only takes KEY=VALUE, e.g. --only train.tokens=2000000")
+    text = table(args.root, args.by, args.score, tuple(args.only))
     out = args.root / "report" / "choice.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)

@@ -70,3 +70,35 @@ def test_no_completed_run_is_refused_not_written_as_an_empty_choice(choose, tmp_
     (tmp_path / "grid").mkdir()
     with pytest.raises(SystemExit, match=r"no completed run under .*grid: nothing to choose"):
         choose.table(tmp_path / "grid", "lr")
+
+
+def test_the_suites_rate_is_chosen_by_validation_loss_at_l_among_the_sweeps_runs(choose,
+                                                                                  tmp_path):
+    from tests.runs_on_disk import curve_point, losses, write_run
+
+    root = tmp_path / "cpu"
+
+    def run(lr: float, tokens: int, level: float, train_loss: float) -> None:
+        path = write_run(root / f"rope-{lr}-{tokens}", [f"train.lr={lr}",
+                                                        f"train.tokens={tokens}"],
+                         [curve_point("nonoverlapping", 16, losses(level, seed=7))])
+        (path / "metrics.jsonl").write_text(json.dumps({"tokens": tokens, "loss": train_loss})
+                                            + "\n")
+
+    run(0.002, 8192, level=1.6, train_loss=1.0)
+    run(0.004, 8192, level=1.4, train_loss=1.2)  # best at L, worse in training
+    run(0.008, 8192, level=1.5, train_loss=1.1)
+    run(0.008, 16384, level=0.5, train_loss=0.5)  # a main run: another budget, kept out
+    text = choose.table(root, "lr", "val", ("train.tokens=8192",))
+    row = next(r for r in text.splitlines() if r.startswith("| rope |"))
+    assert row.endswith("| 0.004 |") and row.split(" | ")[2].startswith("**")
+    assert text.startswith("# Choice by final validation loss at L (lr)")
+    assert "Runs with train.tokens=8192 only." in text
+    # without --only the main run's lower loss would choose its rate
+    assert choose.table(root, "lr", "val").splitlines()[-1].endswith(
+        "| 0.008 (an edge of the grid) |")
+    # by training loss alone another rate would win
+    assert choose.table(root, "lr", "loss", ("train.tokens=8192",)).splitlines()[-1].endswith(
+        "| 0.002 (an edge of the grid) |")
+    with pytest.raises(SystemExit, match=r"no completed run under .* with train.tokens=1"):
+        choose.table(root, "lr", "val", ("train.tokens=1",))
