@@ -1,17 +1,37 @@
-"""The scored text: a fixed set of spans spread over every validation document.
+"""The scored text: a fixed set of spans spread over every validation document with text.
 
 A curve point scores ``eval.tokens`` targets of the validation stream.  They are not one
 stretch at its end -- that is one file, and which file decides the number -- but spans in
-every document, each document's share proportional to its length (largest remainder; a
-document that is not empty gets at least one target), and inside a document spread out: its
-share is cut into spans of at most ``SPAN_TOKENS`` targets, each at the end of an equal block
-of the document, so that every span has text of its own document before it.
+every document with text, and inside a document spread out: its share is cut into spans of
+at most ``SPAN_TOKENS`` targets, each at the end of an equal block of the document, so that
+every span has text of its own document before it.
+
+A document's targets are its text and the separator after it (the stream's first token,
+which has nothing before it, is no target).  A document with no text (an empty file: only
+its separator) gets no span: its one target would be a separator predicted after another.
+The separator is taken to be one token, as it is for the byte and byte-level BPE
+tokenizers.
+
+Each document's share is proportional to its length, capped: no document holds more than
+1/``EFFECTIVE_DOCUMENTS`` of the targets, what the cap takes from a long document goes to the
+others in proportion to their lengths, and no document holds more targets than it has
+(water-filling).  Intervals resample documents (posexp/stats.py), and shares proportional to
+length gave the stdlib split's largest file 23% of 131,072 targets and its three largest 47%:
+its 38 documents counted as 9 (the effective count 1/sum(w^2) of the shares w).  Shares of at
+most 1/25 make sum(w^2) at most 1/25: the effective count is at least 25 wherever the
+documents can hold the targets so.  Where they cannot -- fewer than 25 documents, or short
+ones -- the cap is the smallest at which they can: every document shorter than it is scored
+(nearly) whole and the rest at the cap, the largest effective count any layout of these
+documents has (23.1 of the stdlib split's 35 documents with text at 131,072 targets: 18 of
+them hold fewer than 1/25 of the targets).  A fixed cap, rather than the smallest one that
+reaches a count, leaves a split of many documents of like size as proportional as it was.
+Every document with text gets at least one target when there are that many.
 
 The layout depends on the validation split (its length and where its documents start) and
 on eval.tokens, never on the lengths asked for: every point of a run, at any length, in
-either mode, is scored on the same targets.  Each span belongs to its document: intervals
-resample documents (posexp/stats.py), so they say how the number would move with other text
-of the same kind, not only with other stretches of one file.
+either mode, is scored on the same targets.  Each span belongs to its document, so the
+intervals say how the number would move with other text of the same kind, not only with
+other stretches of one file.
 
 A span is (first, length): it scores the targets first+1 .. first+length.
 """
@@ -26,6 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 
 SPAN_TOKENS = 4096  # the longest span; a longer share of a document is cut into several
+EFFECTIVE_DOCUMENTS = 25  # no document holds more than 1/25 of the targets, where it can be
 
 
 @dataclass(frozen=True, eq=False)
@@ -33,6 +54,7 @@ class Spans:
     first: np.ndarray  # int64 [spans]: a span scores targets first+1 .. first+length
     length: np.ndarray  # int64 [spans]
     document: np.ndarray  # int64 [spans]: the validation document it lies in
+    text_documents: int | None = None  # the split's documents with text (None: not known)
 
     @property
     def tokens(self) -> int:
@@ -42,6 +64,13 @@ class Spans:
     def documents(self) -> int:
         """How many documents hold at least one span."""
         return len(np.unique(self.document))
+
+    @property
+    def effective_documents(self) -> float:
+        """1 / sum(w^2) over the documents' shares w of the targets: how many documents of
+        equal share the intervals' resampling of documents is worth."""
+        share = np.bincount(self.document, weights=self.length) / self.tokens
+        return float(1 / np.square(share).sum())
 
     @property
     def id(self) -> str:
@@ -62,30 +91,69 @@ class Spans:
                                for f, n in zip(self.first, self.length, strict=True)])
 
     def record(self) -> dict:
-        """The layout as eval.json records it (``from_record`` reads it back)."""
-        return {"first": self.first.tolist(), "length": self.length.tolist(),
-                "document": self.document.tolist()}
+        """The layout as eval.json records it (``from_record`` reads it back), with its
+        effective document count and, where known, the split's documents with text; layouts
+        written before posexp recorded these lack them."""
+        record = {"first": self.first.tolist(), "length": self.length.tolist(),
+                  "document": self.document.tolist(),
+                  "effective_documents": round(self.effective_documents, 3)}
+        if self.text_documents is not None:
+            record["text_documents"] = self.text_documents
+        return record
 
     @classmethod
     def from_record(cls, record: dict) -> Spans:
         return cls(*(np.asarray(record[k], dtype=np.int64)
-                     for k in ("first", "length", "document")))
+                     for k in ("first", "length", "document")),
+                   text_documents=record.get("text_documents"))
+
+
+def _cap(sizes: np.ndarray, n_tokens: int) -> int:
+    """The most targets one document may hold: 1/EFFECTIVE_DOCUMENTS of them, or, where the
+    documents cannot hold every target so, the smallest cap at which they can."""
+    def fits(cap: int) -> bool:
+        return int(np.minimum(sizes, cap).sum()) >= n_tokens
+
+    low, high = n_tokens // EFFECTIVE_DOCUMENTS, n_tokens
+    if fits(low):
+        return low
+    while high - low > 1:  # fits(high), not fits(low)
+        middle = (low + high) // 2
+        low, high = (low, middle) if fits(middle) else (middle, high)
+    return high
+
+
+def _water_fill(weights: np.ndarray, limits: np.ndarray, total: float) -> np.ndarray:
+    """``total`` shared in proportion to ``weights``, no share above its limit: a share that
+    would pass its limit is held at it and the rest is shared again among the others."""
+    share = np.zeros(len(weights))
+    free = weights > 0
+    while total > 0 and free.any():
+        level = total / weights[free].sum()
+        held = free & (weights * level >= limits)
+        if not held.any():
+            share[free] = weights[free] * level
+            break
+        share[held] = limits[held]
+        total -= float(limits[held].sum())
+        free &= ~held
+    return share
 
 
 def _shares(sizes: np.ndarray, n_tokens: int) -> np.ndarray:
-    """Each document's targets: proportional to its size, largest remainder, at most its
-    size, and at least one for every document that is not empty (when there are enough)."""
+    """Each document's targets: at least one for every document with targets (when there
+    are enough), the rest water-filled in proportion to size under the cap, whole numbers
+    by largest remainder -- at most the cap and the document's size."""
+    limits = np.minimum(sizes, _cap(sizes, n_tokens))
     share = np.zeros(len(sizes), dtype=np.int64)
-    nonempty = sizes > 0
-    if n_tokens >= nonempty.sum():
-        share[nonempty] = 1
-    left = n_tokens - int(share.sum())
-    exact = (sizes - share) * left / max(1, int((sizes - share).sum()))
-    share += np.floor(exact).astype(np.int64)
-    order = np.argsort(-(exact - np.floor(exact)), kind="stable")
-    for i in order[: n_tokens - int(share.sum())]:
-        share[i] += 1
-    return np.minimum(share, sizes)
+    if n_tokens >= (sizes > 0).sum():
+        share[sizes > 0] = 1
+    exact = share + _water_fill(sizes - share, limits - share, n_tokens - int(share.sum()))
+    share = np.minimum(np.floor(exact).astype(np.int64), limits)
+    room = np.flatnonzero(share < limits)
+    order = room[np.argsort(-(exact - share)[room], kind="stable")]
+    share[order[: n_tokens - int(share.sum())]] += 1
+    return share
 
 
 def _even(total: int, parts: int) -> np.ndarray:
@@ -93,17 +161,33 @@ def _even(total: int, parts: int) -> np.ndarray:
     return np.full(parts, total // parts, dtype=np.int64) + (np.arange(parts) < total % parts)
 
 
+def document_targets(val_tokens: int, document_starts: np.ndarray) -> tuple[np.ndarray,
+                                                                            np.ndarray]:
+    """Each document's first target position and how many targets it holds: its text and
+    the separator after it, none for a document with no text."""
+    starts = np.asarray(document_starts, dtype=np.int64)
+    ends = np.append(starts[1:], val_tokens)
+    # every document but the last ends with its separator, one token
+    text = ends - starts - (np.arange(len(starts)) < len(starts) - 1)
+    lows = np.maximum(starts, 1)  # the stream's first token is no target
+    return lows, np.where(text > 0, np.maximum(ends - lows, 0), 0)
+
+
+def held_targets(val_tokens: int, document_starts: np.ndarray) -> int:
+    """How many targets the split's documents with text hold: the most a layout scores."""
+    return int(document_targets(val_tokens, document_starts)[1].sum())
+
+
 def layout(val_tokens: int, document_starts: np.ndarray, n_tokens: int) -> Spans:
     """The spans of ``n_tokens`` targets over a validation stream of ``val_tokens`` tokens
     whose documents start at ``document_starts`` (the first at 0).  A target is a stream
     position from 1 on (position 0 has nothing before it)."""
-    if not 0 < n_tokens <= val_tokens - 1:
+    lows, sizes = document_targets(val_tokens, document_starts)
+    if not 0 < n_tokens <= sizes.sum():
+        held = "" if sizes.sum() == val_tokens - 1 else \
+            f" whose documents with text hold {sizes.sum()} targets"
         raise ValueError(f"cannot score {n_tokens} targets of a validation split of "
-                         f"{val_tokens} tokens")
-    starts = np.asarray(document_starts, dtype=np.int64)
-    ends = np.append(starts[1:], val_tokens)
-    lows = np.maximum(starts, 1)  # the first target position of each document
-    sizes = np.maximum(ends - lows, 0)
+                         f"{val_tokens} tokens{held}")
     first, length, document = [], [], []
     for d, share in enumerate(_shares(sizes, n_tokens)):
         if not share:
@@ -117,7 +201,7 @@ def layout(val_tokens: int, document_starts: np.ndarray, n_tokens: int) -> Spans
             length.append(lengths[k])
             document.append(d)
     return Spans(np.asarray(first, dtype=np.int64), np.asarray(length, dtype=np.int64),
-                 np.asarray(document, dtype=np.int64))
+                 np.asarray(document, dtype=np.int64), int((sizes > 0).sum()))
 
 
 def compression(text: bytes) -> dict[str, float]:

@@ -40,7 +40,7 @@ from posexp.run.tables import format_curve, format_tasks
 from posexp.run.training import Progress, to_device
 from posexp.runs import Run, point_key, task_point_key
 from posexp.sinks import Sink
-from posexp.spans import Spans, compression
+from posexp.spans import Spans, compression, held_targets
 
 Want = tuple  # (scaling record or None, item)
 Wanted = list[tuple[dict | None, list]]  # the items of each scaling, in order
@@ -121,7 +121,7 @@ class CorpusWorkload:
         if len(corpus.train) <= seq_len + 1:
             raise UsageError(f"the training split has {len(corpus.train)} tokens, fewer than "
                              f"one window of train.seq_len={seq_len}")
-        check_val_size(len(corpus.val), self.spec.cfg.eval.tokens)
+        check_val_size(len(corpus.val), corpus.val_documents, self.spec.cfg.eval.tokens)
 
     def describe(self, corpus: Corpus) -> str:
         t = self.spec.cfg.train
@@ -154,7 +154,8 @@ class CorpusWorkload:
         no random numbers, so it leaves the training run unchanged)."""
         cfg = self.spec.cfg
         L = cfg.train.seq_len
-        spans = self.spans(corpus, min(cfg.train.val_tokens, len(corpus.val) - 1))
+        held = held_targets(len(corpus.val), corpus.val_documents)  # empty documents hold none
+        spans = self.spans(corpus, min(cfg.train.val_tokens, held))
         with evaluating(model):
             losses, _, _ = score_windows(model, corpus.val, L, span_windows(spans, L),
                                          spans.tokens, cfg.eval.batch_tokens, device)

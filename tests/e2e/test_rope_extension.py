@@ -67,8 +67,9 @@ def test_eval_scores_every_variant_in_one_process_on_the_same_tokens(trained, po
     assert by[(scaled("linear", 4), 16)]["loss"] != plain[16]["loss"]
     assert by[(scaled("yarn", 4), 16)]["rope_scaling"] == {
         "method": "yarn", "factor": 4.0, "beta_fast": 32.0, "beta_slow": 1.0}
-    # per-position loss: the run as trained only
-    assert [p["length"] for p in data["per_position"]] == [64]
+    # per-position loss: the run as trained only, at 16 -- 512 targets capped over 35
+    # documents make spans of at most 20, which hold no whole window of 32 or 64
+    assert [p["length"] for p in data["per_position"]] == [16]
     # the same command again replaces the points, never doubles them
     assert posexp_here("eval", str(run), "eval.rope_scaling=yarn",
                        "eval.rope_scaling.factor=4").returncode == 0

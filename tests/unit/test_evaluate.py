@@ -17,8 +17,9 @@ from posexp.evaluate import (
     window_plan,
 )
 from posexp.model import GPT, GPTConfig
-from posexp.spans import SPAN_TOKENS, Spans, layout
+from posexp.spans import Spans, layout
 from tests.conftest import score_curve
+from tests.unit.test_spans import STARTS, VAL
 
 
 def scored_targets(first, n, length, stride):
@@ -47,72 +48,6 @@ def test_same_tokens_at_every_length():
     first, n = 256, 1000
     sets = {L: sorted(scored_targets(first, n, L, L)[0]) for L in (16, 64, 256)}
     assert sets[16] == sets[64] == sets[256]
-
-
-# --- the scored spans ----------------------------------------------------------------------
-# a validation split of 20,000 tokens in documents of very different sizes: one empty (two
-# separators in a row), one of a single token, one much longer than a span
-STARTS = np.array([0, 3000, 3000, 3001, 3500, 9000, 9100, 19000], dtype=np.int64)
-VAL = 20_000
-
-
-def documents_of(targets: np.ndarray, starts: np.ndarray = STARTS) -> np.ndarray:
-    """The document each stream position lies in (the last that starts at or before it)."""
-    return np.searchsorted(starts, targets, side="right") - 1
-
-
-@pytest.mark.parametrize("n_tokens", [7, 100, 2_345, 12_000, VAL - 1])
-def test_spans_cover_every_document_with_unique_targets_in_proportion(n_tokens):
-    spans = layout(VAL, STARTS, n_tokens)
-    targets = spans.targets()
-    assert spans.tokens == len(targets) == n_tokens
-    assert len(np.unique(targets)) == n_tokens and targets.min() >= 1 and targets.max() < VAL
-    # each span lies in its own document, with a token of it before the span unless the
-    # whole document is scored
-    ends = np.append(STARTS[1:], VAL)
-    sizes = ends - np.maximum(STARTS, 1)
-    share = np.bincount(spans.document, weights=spans.length, minlength=len(STARTS))
-    for f, n, d in zip(spans.first, spans.length, spans.document, strict=True):
-        assert STARTS[d] <= f or share[d] == sizes[d]
-        assert f + n < ends[d] and 0 < n <= SPAN_TOKENS
-    assert (documents_of(targets) == np.repeat(spans.document, spans.length)).all()
-    # every document that is not empty holds a target, and the rest of the targets are
-    # shared in proportion to what is left of each (largest remainder: within one)
-    nonempty = np.flatnonzero(sizes > 0)
-    assert spans.documents == len(nonempty) == 7
-    assert sorted(set(spans.document.tolist())) == nonempty.tolist()
-    assert (share[nonempty] >= 1).all() and (share <= sizes).all()
-    k = len(nonempty)
-    rest = np.maximum(sizes - 1, 0) * (n_tokens - k) / (sizes.sum() - k)
-    assert np.abs(share[nonempty] - 1 - rest[nonempty]).max() < 1
-    # a share longer than SPAN_TOKENS is cut into several spans, spread over the document
-    if n_tokens == VAL - 1:
-        assert (spans.document == 7).sum() == 1 and (spans.document == 6).sum() == 3
-
-
-def test_fewer_targets_than_documents_and_a_split_too_short():
-    spans = layout(VAL, STARTS, 3)
-    assert spans.tokens == 3 and len(np.unique(spans.targets())) == 3
-    with pytest.raises(ValueError, match="cannot score 20000 targets"):
-        layout(VAL, STARTS, VAL)
-    with pytest.raises(UsageError, match=r"cannot score 101 targets of a validation split of "
-                                         r"100 tokens: lower eval\.tokens"):
-        scored_spans(100, np.array([0]), 101)
-
-
-def test_one_document_is_scored_on_its_last_targets():
-    spans = layout(2000, np.array([0]), 256)
-    assert (spans.first.tolist(), spans.length.tolist()) == ([2000 - 1 - 256], [256])
-
-
-def test_a_layout_is_named_by_what_it_scores_and_reads_back_from_its_record():
-    spans = layout(VAL, STARTS, 2_345)
-    again = layout(VAL, STARTS, 2_345)
-    assert spans.id == again.id and len(spans.id) == 12 and int(spans.id, 16) >= 0
-    assert layout(VAL, STARTS, 2_346).id != spans.id
-    assert layout(VAL, STARTS[[0, 1, 3, 4, 5, 6, 7]], 2_345).id != spans.id
-    back = Spans.from_record(json.loads(json.dumps(spans.record())))
-    assert back.id == spans.id and (back.targets() == spans.targets()).all()
 
 
 @pytest.mark.parametrize("stride", [1, 7, 64, 5000])
@@ -168,11 +103,16 @@ def test_count_windows_is_what_gets_scored():
 
 def test_val_size_check_names_the_numbers():
     """Any length can be scored (a window longer than the text before a span is clipped);
-    only eval.tokens must fit in the split."""
-    check_val_size(100, 99)
-    with pytest.raises(UsageError, match=r"has 100 tokens; scoring eval\.tokens=100 targets "
-                                         r"needs one more"):
-        check_val_size(100, 100)
+    only eval.tokens must fit in the targets of the split's documents with text."""
+    check_val_size(100, np.array([0]), 99)
+    with pytest.raises(UsageError, match=r"has 100 tokens, 99 targets in documents with text; "
+                                         r"scoring eval\.tokens=100 targets needs 1 more"):
+        check_val_size(100, np.array([0]), 100)
+    # an empty document (its separator alone, at 50) holds no target
+    check_val_size(100, np.array([0, 50, 51]), 98)
+    with pytest.raises(UsageError, match=r"98 targets in documents with text; scoring "
+                                         r"eval\.tokens=99 targets needs 1 more"):
+        check_val_size(100, np.array([0, 50, 51]), 99)
 
 
 def _direct(model, val, spans, length):
@@ -243,7 +183,7 @@ def test_spans_shorter_than_the_window_and_not_a_multiple_of_it():
     ends with a window scoring the n % L targets left over, with the text before them."""
     model = _model("alibi")
     val = np.random.default_rng(6).integers(0, 256, 3000).astype(np.uint8)
-    docs = np.array([0, 900, 1000, 2000])
+    docs = np.array([0, 900, 920, 2000])  # the second short: shares are capped alike
     spans = scored_spans(len(val), docs, 301)
     assert sorted(set((spans.length % 32).tolist())) != [0]
     assert spans.length.min() < 32 < spans.length.max()
@@ -312,7 +252,7 @@ def test_recorded_spans_score_again_bit_identically():
 def test_bits_per_byte_counts_the_bytes_of_the_scored_tokens():
     model = _model()
     val = np.random.default_rng(3).integers(0, 256, 2000).astype(np.uint8)
-    token_bytes = np.where(np.arange(256) % 2 == 0, 1, 3)  # odd ids stand for 3 bytes
+    token_bytes = 1 + np.arange(256) % 5  # ids stand for 1 to 5 bytes
     docs = np.array([0, 500, 1200])
     curve, _ = score_curve(model, val, [32], "nonoverlapping", None, 320, 320, 4,
                            torch.device("cpu"), token_bytes, documents=docs)
@@ -332,3 +272,58 @@ def test_learned_is_not_applicable_past_its_table():
     assert curve[1]["loss"] is None and "stop at 32" in curve[1]["reason"]
     assert curve[1]["spans"] == curve[0]["spans"]  # a point not applicable names its spans
     assert per_pos["length"] == 32
+
+
+def _window_positions(spans, length, stride):
+    """Each target's 0-based position in the window that scores it, and whether that window
+    is a span's last one scoring fewer than ``stride`` -- as the module doc tiles a span
+    (first, n): windows end at first+S, first+2S, ..., and a last one at first+n."""
+    positions, remainder = [], []
+    for f, n in zip(spans.first.tolist(), spans.length.tolist(), strict=True):
+        whole = n // stride * stride
+        for j in range(1, n + 1):  # the target f+j
+            end = f + (-(-j // stride) * stride if j <= whole else n)
+            positions.append(min(length, end) - 1 - (end - (f + j)))
+            remainder.append(j > whole)
+    return np.array(positions), np.array(remainder)
+
+
+@pytest.mark.parametrize("mode,stride", [("nonoverlapping", None), ("sliding", 12),
+                                         ("sliding", None)])
+def test_points_record_the_remainder_and_its_context(mode, stride):
+    """Every point says how many targets a span's last, short window scored, and the mean
+    position of its targets in their windows: a whole nonoverlapping window's average
+    (L-1)/2 only where no remainder pulls it up."""
+    model = _model("alibi", max_positions=None)
+    val = np.random.default_rng(9).integers(0, 256, 6000).astype(np.uint8)
+    spans = scored_spans(len(val), np.array([0, 1500, 1530, 3000, 4500]), 400)
+    assert (spans.length % 32 != 0).any() and spans.length.min() < 32
+    curve, _ = score_curve(model, val, [16, 32, 128, 2048], mode, stride, 400, spans=spans)
+    for p in curve:
+        positions, remainder = _window_positions(spans, p["length"], p["stride"])
+        assert p["remainder"] == remainder.sum() > 0
+        assert p["mean_context"] == pytest.approx(positions.mean(), abs=0.01)
+    assert curve[-1]["clipped"] > 0  # the first span's window begins at the stream's start
+    if mode == "nonoverlapping":  # longer than every span: each scored by its tail alone
+        assert curve[0]["mean_context"] > (16 - 1) / 2 and curve[-1]["remainder"] == 400
+    whole = scored_spans(len(val), np.array([0, 3000]), 256)  # two spans of 128
+    [p], _ = score_curve(model, val, [32], "nonoverlapping", None, 256, spans=whole)
+    assert (p["remainder"], p["mean_context"]) == (0, (32 - 1) / 2)
+
+
+def test_per_position_loss_is_at_the_longest_length_a_span_holds_a_window_of():
+    """Spans of 30 targets: a window of 64 or 128 scores only their tails, so the per-position
+    loss is that of the whole windows of 16, the longest length that fits a span -- in
+    either mode, the sliding one's extra pass counted; none when no length fits."""
+    model = _model("alibi", max_positions=None)
+    val = np.random.default_rng(10).integers(0, 256, 1200).astype(np.uint8)
+    spans = scored_spans(len(val), np.array([0, 400, 800]), 90)
+    assert spans.length.tolist() == [30] * 3
+    for mode in ("nonoverlapping", "sliding"):
+        seen = []
+        _, per_pos = score_curve(model, val, [16, 64, 128], mode, None, 90, spans=spans,
+                                 progress=seen.append)
+        assert (per_pos["length"], per_pos["windows"]) == (16, 3)
+        assert sum(seen) == count_windows([16, 64, 128], Scoring(mode, None, 90, 32_768), spans)
+    _, none = score_curve(model, val, [64, 128], "nonoverlapping", None, 90, spans=spans)
+    assert none is None
