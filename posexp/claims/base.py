@@ -3,8 +3,9 @@ interval, read against the region its kind and margin declare.
 
 * Every statistic is a ratio of perplexities (or, for a task claim, a difference of
   accuracies), computed per seed; its interval is over seeds and documents together
-  (stats.over_seeds): Student-t over the seeds with the documents' cluster-bootstrap variance
-  added, or for one seed the cluster bootstrap alone.
+  (stats.over_seeds): Student-t with the seeds' variance and the documents' cluster-bootstrap
+  variance added, at the Welch-Satterthwaite degrees of freedom of the sum, or for one seed
+  the cluster bootstrap alone.
 * Each test declares its **kind** (``Kind``): *superiority* (the statistic lies beyond a
   bound: better, or worse, by more than the margin), *non-inferiority* (it is not worse --
   or not better -- by more than the margin) or *equivalence* (within the margin both ways).
@@ -12,9 +13,16 @@ interval, read against the region its kind and margin declare.
   One rule for every kind: the test **holds** when the whole interval lies inside the
   kind's region, **does not hold** when it lies wholly outside, and is **inconclusive**
   otherwise.  A claim holds when all its tests hold, does not hold when one does not.
-* Each test's one-sided p-value (the largest over its region's bounds) makes the claim's
-  p-value (the largest over its tests); ``correct`` applies Holm's rule within the suite and
-  a claim that holds only uncorrected reads "inconclusive" in the Holm column.
+* Holm's rule in both directions: a claim's p-value tests what its verdict asserts
+  (``claim_p``).  That it holds: each test's one-sided p-value of "inside the region" (the
+  largest over the region's bounds), the largest over its tests (an intersection-union
+  test).  That it does not hold: each test's p-value of "outside the region" (the opposite
+  tail at the bound it lies beyond), the smallest over its tests times their number
+  (Bonferroni's union-intersection test: any one test outside makes the claim fail).  An
+  inconclusive claim carries the nearer of the two.  ``correct`` applies Holm's rule to
+  these within the suite: a claim that holds, or does not hold, only uncorrected reads
+  "inconclusive" in the Holm column.  A claim without a p-value (not measured; intervals
+  that give none) is outside the family, and its verdict says why (``Verdict.tested``).
 * Values shown ``beside`` a claim (the degradation ratio beside a claim about perplexity
   far past L) are measured the same way and judged by nothing.
 
@@ -27,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import astuple, dataclass, field, replace
 
 from posexp import stats
+from posexp.claims.sources import Scale
 from posexp.report.series import Series, build_series, curve_name
 from posexp.runs import Region, RunResult, is_spread, region_text
 from posexp.scaling import Key as Scaling
@@ -111,6 +120,35 @@ def p_value(interval: stats.Interval, kind: Kind) -> float | None:
     return None if None in tails or not tails else max(tails)
 
 
+def fail_p_value(interval: stats.Interval, kind: Kind) -> float | None:
+    """The one-sided p-value of "the statistic lies outside the region": the opposite tail
+    at each bound, the smaller of the two -- an interval can lie clear of only one bound, and
+    FAILS (``decide``) asks no more than that; None without an interval."""
+    tails = [interval.p_value(bound, below) for bound, below in
+             ((kind.low, True), (kind.high, False)) if bound is not None]
+    return None if None in tails or not tails else min(tails)
+
+
+OUTSIDE = "outside the Holm family"
+
+
+def claim_p(intervals: list[stats.Interval], kinds: list[Kind],
+            verdict: str) -> tuple[float | None, str]:
+    """(the claim's p-value, the hypothesis it tests: HOLDS or FAILS) -- or (None, why the
+    claim is outside the Holm family).  HOLDS: the largest of the tests' p-values of "inside";
+    FAILS: the smallest of "outside", times the number of tests (any one test outside fails
+    the claim, so the claim's test is the union of theirs); an inconclusive claim carries the
+    nearer of the two (it never reaches the 2.5% of a 95% interval clear of a bound)."""
+    inside = [p_value(i, k) for i, k in zip(intervals, kinds, strict=True)]
+    outside = [fail_p_value(i, k) for i, k in zip(intervals, kinds, strict=True)]
+    if None in inside or None in outside:
+        return None, f"{OUTSIDE}: its intervals ({intervals[0].method}) give no p-value"
+    holds, fails = max(inside), min(1.0, len(outside) * min(outside))
+    if verdict == HOLDS or (verdict != FAILS and holds <= fails):
+        return holds, HOLDS
+    return fails, FAILS
+
+
 def combined(decisions: list[str]) -> str:
     """A claim's verdict from its tests': all hold: holds; one wholly on the wrong side: does
     not hold; otherwise inconclusive."""
@@ -166,7 +204,9 @@ class Shown:
 class Claim:
     text: str
     source: str
-    scope: str  # the paper's scale, beside this run's in the verdict table
+    # the paper's scale, beside this run's in the verdict table; a claim set of one's own may
+    # give it as text (its training tokens then read as not recorded)
+    scope: Scale | str
     why: str  # why this kind and margin
     needs: list  # the curves (CurveRef) or, for a task claim, the arms (tasks.Arm)
     tests: list  # Test, or tasks.AccuracyTest
@@ -178,12 +218,16 @@ class Verdict:
     claim: str
     source: str
     kind: str  # each test's kind and margin, and why
-    scope: str  # the paper's scale; this run's
+    scope: str  # the paper's training tokens beside this run's, then the rest of each scale
     measured: str
     verdict: str  # holds | does not hold | inconclusive | not measured
     interval: str  # where the intervals come from
-    p: float | None = None  # one-sided, the largest over the claim's tests
+    p: float | None = None  # one-sided, of the hypothesis ``tested`` (claim_p)
     holm: str = UNMEASURED  # the verdict after Holm's correction within the suite
+    tested: str = f"{OUTSIDE}: not measured"  # what p tests, or why there is no p
+    # the verdict of the same claim on the suite's runs at another training budget, when
+    # the preset has budgets: "stable" or "budget-dependent" beside it (claims/budgets.py)
+    budget: str | None = None
 
 
 def kind_text(claim: Claim) -> str:
@@ -249,17 +293,21 @@ class Curves:
 
 
 def scope_text(claim: Claim, runs: list[RunResult]) -> str:
-    """The paper's scale and this measurement's: parameters, training tokens and tokens per
-    parameter, training length."""
+    """Like beside like: the tokens the paper's models trained on beside the tokens these
+    runs trained on (with tokens per parameter), then the rest of each scale -- the paper's
+    models, corpus and lengths; these runs' parameters and training length.  ``runs``: the
+    runs read (none when the claim was not measured)."""
     params = sorted({r.info.get("n_params") for r in runs if r.info.get("n_params")})
     tokens = sorted({r.info.get("tokens_trained") for r in runs if r.info.get("tokens_trained")})
     lengths = sorted({r.train_len for r in runs})
-    if not params or not tokens:
-        return f"paper: {claim.scope}"
-    ratio = tokens[-1] / params[-1]
-    return (f"paper: {claim.scope}; here: {_span(params, 1e6, 'M')} parameters, "
-            f"{_span(tokens, 1e6, 'M')} tokens ({ratio:.1f} per parameter), "
-            f"L = {', '.join(map(str, lengths))}")
+    scale = claim.scope if isinstance(claim.scope, Scale) else Scale(str(claim.scope))
+    paper = f"paper: {scale.setting}"
+    if not tokens:
+        return f"training tokens: paper {scale.tokens}; {paper}"
+    per = f" ({tokens[-1] / params[-1]:.1f} per parameter)" if params else ""
+    here = f"{_span(params, 1e6, 'M')} parameters, " if params else ""
+    return (f"training tokens: paper {scale.tokens}, here {_span(tokens, 1e6, 'M')}"
+            f"{per}; {paper}; here: {here}L = {', '.join(map(str, lengths))}")
 
 
 def _span(values: list, unit: float, suffix: str) -> str:
@@ -272,7 +320,7 @@ def judge(claim: Claim, curves: Curves, number: int) -> Verdict:
     name = f"{number}. {claim.text}"
     got = curves.measure(claim.needs)
     if isinstance(got, str):
-        return Verdict(name, claim.source, kind_text(claim), f"paper: {claim.scope}",
+        return Verdict(name, claim.source, kind_text(claim), scope_text(claim, []),
                        f"not measured: {got}", UNMEASURED, "")
     points, runs = got
     seeds = sorted(set.intersection(*(set(by_seed) for by_seed in points.values())))
@@ -295,19 +343,22 @@ def judge(claim: Claim, curves: Curves, number: int) -> Verdict:
         return Verdict(name, claim.source, kind_text(claim), scope_text(claim, runs),
                        f"not measured: {e}", UNMEASURED, "")
     verdict = combined([decide(i, t.kind) for i, t in zip(intervals, claim.tests, strict=True)])
-    ps = [p_value(i, t.kind) for i, t in zip(intervals, claim.tests, strict=True)]
+    p, tested = claim_p(intervals, [t.kind for t in claim.tests], verdict)
     measured = "; ".join(
         [f"{t.label} = {i.text(3)}" for t, i in zip(claim.tests, intervals, strict=True)]
         + [f"beside: {label} = {i.text(3)}" for label, i in shown])
     return Verdict(name, claim.source, kind_text(claim), scope_text(claim, runs), measured,
-                   verdict, intervals[0].method, None if None in ps else max(ps))
+                   verdict, intervals[0].method, p, tested=tested)
 
 
 def correct(rows: list[Verdict]) -> list[Verdict]:
-    """Holm's step-down rule over the suite's measured claims (stats.holm): a claim that
-    holds keeps "holds" only if Holm rejects its p-value; the others keep their verdict."""
+    """Holm's step-down rule over the suite's claims that have a p-value (stats.holm), in
+    both directions (claim_p): a claim that holds, or does not hold, keeps its verdict only
+    if Holm rejects the p-value of what it asserts, and reads "inconclusive" otherwise --
+    also when it has no p-value to correct; inconclusive and unmeasured claims keep theirs."""
     rejected = stats.holm([v.p if v.verdict != UNMEASURED else None for v in rows])
-    return [replace(v, holm=INCONCLUSIVE if v.verdict == HOLDS and not ok else v.verdict)
+    return [replace(v, holm=INCONCLUSIVE if v.verdict in (HOLDS, FAILS) and not ok
+                    else v.verdict)
             for v, ok in zip(rows, rejected, strict=True)]
 
 

@@ -1,32 +1,58 @@
 """The papers the claims come from, as verdicts cite them, and the scale each measured its
-claims at (a verdict's scope column sets it beside the scale posexp measured at)."""
+claims at (a verdict's scope column sets it beside the scale posexp measured at): above all
+the tokens the paper's models trained on, beside the tokens posexp's runs trained on.  A
+paper's training tokens are recorded only where its text gives them (steps times tokens a
+step, or a count); none is estimated, and a paper whose figure posexp could not confirm
+reads NOT_RECORDED -- a corpus's size is not how many tokens a model trained on."""
+
+from dataclasses import dataclass
+
+NOT_RECORDED = "not recorded (no figure confirmed from the paper)"
+
+
+@dataclass(frozen=True)
+class Scale:
+    """A paper's scale: its models, data and lengths (``setting``) and the tokens its models
+    trained on (``tokens``), with where the paper gives them."""
+
+    setting: str
+    tokens: str = NOT_RECORDED
+
 
 PRESS = "Press et al., Train Short, Test Long (ALiBi), ICLR 2022"
-PRESS_SCALE = "247M parameters on WikiText-103 (103M tokens), L = 512-3072"
+PRESS_SCALE = Scale("247M parameters on WikiText-103 (a corpus of 103M tokens), L = 512-3072")
 HAVIV = "Haviv et al., Transformer Language Models without Positional Encodings Still Learn " \
         "Positional Information, Findings of EMNLP 2022"
-HAVIV_SCALE = "125M-1.3B parameters on the Pile and WikiText-103, L = 1024"
+HAVIV_SCALE = Scale("125M-1.3B parameters on the Pile and WikiText-103, L = 1024")
 KAZEMNEJAD = "Kazemnejad et al., The Impact of Positional Encoding on Length Generalization " \
              "in Transformers, NeurIPS 2023"
-KAZEMNEJAD_SCALE = "a ~100M-parameter decoder on synthetic reasoning tasks, trained on " \
-                   "short instances"
+KAZEMNEJAD_SCALE = Scale("a ~100M-parameter decoder on synthetic reasoning tasks, trained "
+                         "on short instances")
 CHEN = "Chen et al., Extending Context Window of Large Language Models via Positional " \
        "Interpolation, arXiv:2306.15595 (2023)"
-CHEN_SCALE = "LLaMA 7B-65B, L = 2048 extended to 8192-32768, head size 128"
+# the models' pretraining tokens are their own paper's (Touvron et al. 2023, LLaMA and Llama
+# 2); the tokens of the extension's fine-tune are not recorded
+CHEN_SCALE = Scale("LLaMA 7B-65B, L = 2048 extended to 8192-32768, head size 128",
+                   "1.0T (LLaMA 7B, 13B) and 1.4T (33B, 65B) in pretraining, Touvron et al. "
+                   "2023; the fine-tune's not recorded")
 PENG = "Peng et al., YaRN: Efficient Context Window Extension of Large Language Models, " \
        "ICLR 2024"
-PENG_SCALE = "Llama 2 7B and 13B, L = 4096 extended to 64k-128k, head size 128"
+PENG_SCALE = Scale("Llama 2 7B and 13B, L = 4096 extended to 64k-128k, head size 128",
+                   "2T in pretraining, Touvron et al. 2023; the fine-tune's not recorded")
 BLOC97 = "bloc97, NTK-Aware Scaled RoPE (r/LocalLLaMA, 2023)"
 VASWANI = "Vaswani et al., Attention Is All You Need, NeurIPS 2017"
-VASWANI_SCALE = "a 65M-parameter encoder-decoder on WMT 2014 English-German"
+VASWANI_SCALE = Scale("a 65M-parameter encoder-decoder on WMT 2014 English-German",
+                      "about 2.5B target tokens (and as many source): 100,000 steps of about "
+                      "25,000 of each, §5.1-5.2")
 RUOSS = "Ruoss et al., Randomized Positional Encodings Boost Length Generalization of " \
         "Transformers, ACL 2023"
-RUOSS_SCALE = "algorithmic tasks, trained on instances up to 40 tokens, tested to 500"
+RUOSS_SCALE = Scale("algorithmic tasks, trained on instances up to 40 tokens, tested to 500")
 SUN = "Sun et al., A Length-Extrapolatable Transformer, ACL 2023"
-SUN_SCALE = "language models trained at L = 1024, evaluated to 4096"
+SUN_SCALE = Scale("language models trained at L = 1024, evaluated to 4096")
 CHI = "Chi et al., KERPLE: Kernelized Relative Positional Embedding for Length " \
       "Extrapolation, NeurIPS 2022"
-CHI_SCALE = "162M parameters on OpenWebText2, GitHub and ArXiv, L = 512, tested to 16384"
+CHI_SCALE = Scale("162M parameters on OpenWebText2, GitHub and ArXiv, L = 512, tested to "
+                  "16384")
 LI = "Li et al., Functional Interpolation for Relative Positions Improves Long Context " \
      "Transformers, ICLR 2024"
-LI_SCALE = "base and large models on C4, L = 2048, tested to 8192 and beyond"
+LI_SCALE = Scale("base and large models on C4, L = 2048, tested to 8192 and beyond")

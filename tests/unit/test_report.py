@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
+from scipy import stats as sps
 
 from posexp import config as C
 from posexp import stats
@@ -569,13 +570,17 @@ def test_several_seeds_are_drawn_with_a_t_interval_across_them(tmp_path):
     [s] = build_series(runs)[0]
     cells = curve_cells(s, None)
     at = {r.seed: {p["length"]: p for p in r.curve} for r in runs}
-    t = 4.302653  # t(0.975, 2)
 
     def expected(statistic):
         logs = np.log([statistic(lambda L, seed=seed: at[seed][L]["ppl"]) for seed in at])
         boot = np.mean([np.log(statistic(lambda L, seed=seed: np.exp(
             stats.resampled_loss(at[seed][L])))) for seed in at], axis=0)
-        half = t * math.sqrt(logs.var(ddof=1) / 3 + boot.var(ddof=1))
+        variances = [logs.var(ddof=1) / 3, boot.var(ddof=1)]
+        dfs = [2, stats.document_df(at[0][16])]
+        df = stats.satterthwaite(variances, dfs)
+        half = max(sps.t.ppf(0.975, df) * math.sqrt(sum(variances)),
+                   *(sps.t.ppf(0.975, d) * math.sqrt(v)
+                     for v, d in zip(variances, dfs, strict=True)))
         return [math.exp(logs.mean() + d) for d in (0, -half, half)]
 
     assert [cells[32].ppl.value, cells[32].ppl.low, cells[32].ppl.high] == pytest.approx(
@@ -585,9 +590,9 @@ def test_several_seeds_are_drawn_with_a_t_interval_across_them(tmp_path):
         pytest.approx(expected(lambda ppl: ppl(64) / ppl(16)), rel=1e-5)
     method = "t over 3 seeds + cluster bootstrap over 16 documents (log scale)"
     assert cells[32].ppl.method == cells[64].ratio.method == method
-    # wider than the seeds alone
+    # never narrower than the seeds alone
     alone = stats.t_interval([5.0, 5.5, 5.1], log=True)
-    assert cells[32].ppl.low < alone.low and cells[32].ppl.high > alone.high
+    assert cells[32].ppl.low <= alone.low and cells[32].ppl.high >= alone.high
     fig = extrapolation_figure(runs, NO)
     assert "rope L=16 (3 seeds)" in series_lines(fig)
     assert f"95% intervals, {method} (a ratio's is paired" in caption(fig)
@@ -596,7 +601,8 @@ def test_several_seeds_are_drawn_with_a_t_interval_across_them(tmp_path):
 def test_identical_seeds_add_no_width_of_their_own(tmp_path):
     """Seeds that agree to the last token leave the documents' share alone: without the
     documents' sums the band has zero width, with them it is the cluster bootstrap's (of the
-    seeds' mean, the one seed's) with the t quantile of three seeds."""
+    seeds' mean, the one seed's) with the documents' t quantile: Welch-Satterthwaite's degrees
+    of freedom are theirs when the seeds add no variance."""
     for seed in (0, 1, 2):
         make_run(tmp_path / "bare", f"rope-s{seed}", seed=seed,
                  ppl={16: 5.0, 32: 5.0, 64: 5.0})
@@ -615,7 +621,7 @@ def test_identical_seeds_add_no_width_of_their_own(tmp_path):
     [s] = build_series(runs)[0]
     cells = curve_cells(s, None)
     p = runs[0].curve[1]
-    half = 4.302653 * stats.resampled_loss(p).std(ddof=1)
+    half = sps.t.ppf(0.975, stats.document_df(p)) * stats.resampled_loss(p).std(ddof=1)
     assert (cells[32].ppl.low, cells[32].ppl.high) == pytest.approx(
         (5.0 * math.exp(-half), 5.0 * math.exp(half)), rel=1e-5)
     # a point's ratio to itself: the same documents drawn for both, 1 in every resample

@@ -175,8 +175,11 @@ def test_three_seeds_give_intervals_over_seeds_and_documents(tmp_path):
     assert v[1].measured == f"sinusoidal ppl(4L)/ppl(L) = {expected.text(3)}"
     assert v[1].source.startswith("Press et al.") and "Fig. 1" in v[1].source
     assert v[1].kind.startswith("sinusoidal ppl(4L)/ppl(L): superiority, margin 100% (> 2) (")
-    assert v[1].scope.startswith("paper: 247M parameters") and "here: 0.01M parameters" in \
-        v[1].scope and "4.0 per parameter" in v[1].scope
+    # like with like: the paper's training tokens (not its corpus's size) beside the runs'
+    assert v[1].scope.startswith(
+        "training tokens: paper not recorded (no figure confirmed from the paper), here ")
+    assert "(4.0 per parameter); paper: 247M parameters on WikiText-103 (a corpus of 103M " \
+           "tokens), L = 512-3072; here: 0.01M parameters, L = 16" in v[1].scope
     assert "alibi ppl(4L)/ppl(L) = 1.020 [" in v[3].measured
     assert v[6].source.startswith("Haviv et al.") and v[7].source.startswith("Kazemnejad")
     # a claim about perplexity far past L shows the degradation beside it, judged by nothing
@@ -334,7 +337,12 @@ def test_reproduce_runs_every_seed_and_fails_at_the_end(tmp_path, monkeypatch, c
     got = {int(x["claim"].split(".")[0]): x["verdict"] for x in v["verdicts"]}
     assert got == {**EXPECTED, 2: UNMEASURED, 6: UNMEASURED}
     assert all(x["holm"] == x["verdict"] for x in v["verdicts"])
+    # each p-value names what it tests; a claim without one, why it is outside the family
+    assert v["verdicts"][0]["tested"] == HOLDS
+    assert v["verdicts"][1]["tested"] == "outside the Holm family: not measured"
     md = (report / "verdicts.md").read_text()
+    assert " | **not measured** | — (outside the Holm family: not measured) | " \
+           "**not measured** |" in md
     assert "## Claims of Press et al." in md and "## Claims about no positional encoding" in md
     assert "## A property, not a claim\n\nLearned absolute positions have no row past their " \
            "table (L = 16): posexp reports n/a rather than clamping positions (here at 32, " \

@@ -144,6 +144,9 @@ def test_two_failures_are_inconclusive_not_a_tie(tmp_path):
     assert v[1].verdict == v[2].verdict == INCONCLUSIVE
     assert v[1].measured.startswith("no arm above chance beyond n_max (lengths 14, 28: nope "
                                     "0.000, learned 0.000, sinusoidal 0.000; chance 0.010)")
+    # nothing was tested, so the claim is outside the Holm family and says why
+    assert v[1].p is None and v[1].tested == ("outside the Holm family: no arm above chance "
+                                              "beyond n_max, nothing to test")
 
 
 def test_one_seed_combines_the_points_wilson_intervals(tmp_path):
@@ -161,6 +164,9 @@ def test_one_seed_combines_the_points_wilson_intervals(tmp_path):
                            f"[{-(2 * half ** 2) ** 0.5:+.3f}, {(2 * half ** 2) ** 0.5:+.3f}]")
     assert v[1].verdict == INCONCLUSIVE
     assert v[2].verdict == INCONCLUSIVE  # a gain of 0.05 within an interval of about +-0.12
+    # Newcombe's interval has no p-value: outside the Holm family, named with its reason
+    assert v[1].p is None and v[1].tested == ("outside the Holm family: its intervals "
+                                              "(Newcombe) give no p-value")
 
 
 def test_a_missing_arm_or_an_n_a_point_is_not_measured(tmp_path):
@@ -232,7 +238,21 @@ def test_an_arm_that_did_not_learn_the_task_is_not_compared(tmp_path):
     v = by_number(verdicts(load_runs(tmp_path)[0], PRESET, 16384))
     assert v[1].verdict == UNMEASURED
     assert v[1].measured == ("not measured: learned on copy did not learn copy (exact match "
-                             "0.410 at n_max, below 0.9)")
+                             "0.400 at n_max with seed 0, below 0.9)")
+
+
+def test_the_learnability_gate_reads_the_weakest_seed(tmp_path):
+    """learned at n_max [0.75, 1.0, 1.0] over three seeds: its mean, 0.917, would pass a 0.9
+    gate, but seed 0 did not learn the task, so the claim compares nothing."""
+    for seed, at_n_max in enumerate((0.75, 1.0, 1.0)):
+        make_run(tmp_path, "copy", "nope", seed, [0.6, 0.4])
+        make_run(tmp_path, "copy", "learned", seed, [0.2, 0.1], "encoding.max_positions=64",
+                 at_n_max=at_n_max)
+        make_run(tmp_path, "copy", "sinusoidal", seed, [0.1, 0.0])
+    v = by_number(verdicts(load_runs(tmp_path)[0], PRESET, 16384))
+    assert v[1].verdict == UNMEASURED
+    assert v[1].measured == ("not measured: learned on copy did not learn copy (exact match "
+                             "0.750 at n_max with seed 0, below 0.9)")
 
 
 def test_an_arm_just_at_the_learnability_threshold_is_compared(tmp_path):
