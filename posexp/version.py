@@ -14,6 +14,14 @@ import sys
 from pathlib import Path
 
 __version__ = "0.1.0"
+# What training and scoring compute, as a number: bumped by every change to the numbers a run
+# records for the same config on the same device (tests/unit/test_golden.py fails until it
+# is, and scripts/golden.py records the new numbers).  run.json records it; reports and
+# claims never compare runs of two protocols, nor continue one protocol's run with another's.
+# A run that predates the record is protocol 0.  1 (issue #32): documents' shares of the scored
+# text capped (spans.py), no span for a document with no text, precision and device kind in
+# the identity, intervals with Satterthwaite's degrees of freedom.
+PROTOCOL = 1
 SOURCE = Path(__file__).resolve().parent  # the posexp package directory
 
 

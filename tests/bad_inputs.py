@@ -12,6 +12,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from posexp import config as C
+from posexp.version import PROTOCOL
 from tests.conftest import TINY, compose_args
 from tests.corpora import write_words
 from tests.presets import shipped_preset
@@ -25,10 +26,11 @@ CUDA_GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 # --- the files the bad inputs point at ------------------------------------------------------
 def fake_run(path: Path, config: str, checkpoint: bytes | dict | None) -> None:
     """A run directory as posexp eval finds it, without training: config.yaml, run.json
-    (completed) and checkpoint.pt as given."""
+    (completed, under this posexp's protocol) and checkpoint.pt as given."""
     path.mkdir(parents=True)
     (path / "config.yaml").write_text(config)
-    (path / "run.json").write_text(json.dumps({"status": "completed", "steps": 1}))
+    (path / "run.json").write_text(json.dumps({"status": "completed", "steps": 1,
+                                               "protocol": PROTOCOL}))
     if isinstance(checkpoint, bytes):
         (path / "checkpoint.pt").write_bytes(checkpoint)
     elif checkpoint is not None:

@@ -80,7 +80,7 @@ def help_page(a: Args, command: str) -> str:
                           for o in group_options(group, a.config_dir))
         groups.append(textwrap.fill(shown, 100, initial_indent=f"  {group + '=':16}",
                                     subsequent_indent=" " * 18, break_on_hyphens=False))
-    job = resolve(cfg)
+    job = resolve(cfg, devices=False)
     keys = []
     for key, what in MAIN_KEYS:
         value = OmegaConf.select(cfg if key == "train.batch_tokens" else job, key)

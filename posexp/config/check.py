@@ -24,6 +24,7 @@ from posexp.config.bounds import (
 from posexp.config.check_eval import check_eval, check_task, unread_eval_key
 from posexp.config.check_model import check_encoding, check_model, unread_encoding_key
 from posexp.config.check_scaling import unread_scaling_key
+from posexp.config.derive import NUMERICS
 from posexp.config.keys import check_keys, check_set
 from posexp.config.schema import LOGGER_READS, LOGGERS, Attention, WandbMode, default
 from posexp.data.checks import check_data
@@ -191,6 +192,9 @@ def check_name(key: str, value: str | None) -> None:
 
 def check_train(t: DictConfig) -> None:
     positive("train.seq_len", t.seq_len, MAX_LENGTH)
+    if t.get("device_kind") is not None and t.device_kind not in NUMERICS:
+        raise UsageError(f"train.device_kind must be null, {', '.join(NUMERICS)}, got "
+                         f"{t.device_kind!r}")
     for key in ("tokens", "val_every_tokens", "checkpoint_every", "log_every"):
         positive(f"train.{key}", t[key], MAX_TOKENS)
     positive("train.val_tokens", t.val_tokens, MAX_EVAL_TOKENS)

@@ -101,18 +101,35 @@ def eval_scalings(cfg: DictConfig) -> list[dict | None]:
     return out
 
 
+# The numerics each kind of device trains in: bf16 autocast on CUDA, fp32 elsewhere (bf16 is
+# far slower on AVX2 CPUs) -- what evaluate.autocast does, and train.precision records.
+NUMERICS = {"cpu": "fp32", "cuda": "bf16", "mps": "fp32"}
+
+
+def device_kind(device: str) -> str:
+    """cpu, cuda or mps: the kind of device ``device`` (auto | cpu | cuda | cuda:N | mps)
+    trains on; auto is CUDA where torch sees a GPU, as run.setup.pick_device picks."""
+    if device == "auto":
+        import torch  # only a config still to be resolved asks, never ls or report
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return "cuda" if device.startswith("cuda") else str(device)
+
+
 def encoding_hparams(cfg: DictConfig) -> dict:
     """encoding.hparams as a plain dict (empty in the configs of runs that predate it)."""
     hparams = cfg.encoding.get("hparams")
     return OmegaConf.to_container(hparams, resolve=True) if hparams else {}
 
 
-def resolve(cfg: DictConfig) -> DictConfig:
+def resolve(cfg: DictConfig, devices: bool = True) -> DictConfig:
     """The config with every derived value filled in -- the one place they are decided:
     eval.lengths (1-16 x seq_len), eval.task_lengths of a task run (1-4 x n_max),
     model.d_ff (4 x d_model), encoding.max_positions
-    (seq_len) and train.batch_size (batch_tokens / seq_len, unless given).  Idempotent;
-    ``cfg`` is checked."""
+    (seq_len), train.batch_size (batch_tokens / seq_len, unless given), and
+    train.device_kind (device's) and train.precision (that kind's numerics, NUMERICS).
+    Idempotent; ``cfg`` is checked.  ``devices`` false leaves the device's numerics as given
+    (posexp train -h shows the main keys without importing torch to ask for a GPU)."""
     out = cfg.copy()
     OmegaConf.set_readonly(out, False)  # a spec's config is read-only; its copy need not be
     with open_dict(out):
@@ -126,6 +143,12 @@ def resolve(cfg: DictConfig) -> DictConfig:
             if cfg.train.batch_size is None:
                 out.train.batch_size = cfg.train.batch_tokens // cfg.train.seq_len
             out.train.batch_tokens = None
+        # absent in configs of older runs: identity.LEGACY_BY_DEVICE
+        if devices and "precision" in cfg.train:
+            kind = cfg.train.device_kind or device_kind(str(cfg.device))
+            out.train.device_kind = kind
+            if str(getattr(cfg.train.precision, "value", cfg.train.precision)) == "auto":
+                out.train.precision = NUMERICS.get(kind, "fp32")
     return out
 
 

@@ -2,14 +2,15 @@
 
 Two runs of one identity are the same run (skip, resume, or score what is missing); two of
 different identities never share a directory.  Evaluation settings, device, kernel, logging
-and where a run is written are not identity.
+and where a run is written are not identity; the numerics it trains in and the kind of device
+(train.precision, train.device_kind: fp32 on a CPU, bf16 on CUDA) are.
 """
 
 from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
 
-from posexp.config.derive import resolve
+from posexp.config.derive import NUMERICS, resolve
 from posexp.config.keys import flatten
 
 # What a run's weights do not depend on: where it is written, how it is logged, how it is
@@ -27,6 +28,10 @@ OPTIONAL_NODES = (("encoding.scaling", "method"), ("parent", "identity"))
 OPTIONAL_KEYS = ("train.random_positions", "encoding.module", "task")
 # Keys a config written before posexp had them lacks, with the value such a run trained with.
 LEGACY = {"model.init": "gpt2"}
+# Keys a config written before posexp had them lacks, whose value follows the device the run
+# trained on (run.json's device, else config.yaml's; auto, unrecorded, was a CPU's): before
+# posexp recorded them every CUDA run trained in bf16, every other in fp32.
+LEGACY_BY_DEVICE = ("train.device_kind", "train.precision")
 # Identity keys that follow the seed: a fine-tune's parent is another run at each seed.
 SEED_KEYS = ("seed", "parent.identity", "parent.weights_sha256")
 
@@ -36,13 +41,19 @@ def in_identity(key: str) -> bool:
     return not any(key == k or key.startswith(f"{k}.") for k in NOT_IDENTITY)
 
 
-def identity(cfg: DictConfig) -> dict:
+def identity(cfg: DictConfig, trained_on: str | None = None) -> dict:
     """A run's identity: the resolved values of every key that determines its weights
-    (model, encoding, data and tokenizer, the training settings that change the weights,
-    seed, and a fine-tune's parent and RoPE scaling), as a flat {dotted key: value}."""
+    (model, encoding, data and tokenizer, the training settings that change the weights and
+    their numerics, seed, and a fine-tune's parent and RoPE scaling), as a flat
+    {dotted key: value}.  ``trained_on``: the device run.json says an older run, whose
+    config lacks train.precision, trained on (LEGACY_BY_DEVICE)."""
     flat = flatten(OmegaConf.to_container(resolve(cfg), resolve=True, enum_to_str=True))
     for key, value in LEGACY.items():
         flat.setdefault(key, value)
+    if "train.precision" not in flat:
+        device = str(trained_on or flat.get("device") or "cpu")
+        kind = "cuda" if device.startswith("cuda") else "mps" if device == "mps" else "cpu"
+        flat.update({"train.device_kind": kind, "train.precision": NUMERICS[kind]})
     for node, key in OPTIONAL_NODES:
         if flat.get(f"{node}.{key}") is None:
             flat = {k: v for k, v in flat.items() if not k.startswith(f"{node}.")}

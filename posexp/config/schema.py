@@ -22,8 +22,8 @@ from posexp.data.tokenizer import TokenizerKind
 
 __all__ = ["Attention", "Config", "DataConfig", "DataSource", "EncodingConfig", "EvalConfig",
            "EvalMode", "EvalScalingConfig", "Init", "LoggerConfig", "ModelConfig", "ParentConfig",
-           "ScalingParams", "TaskConfig", "TokenizerKind", "TrainConfig", "TrainScalingConfig",
-           "WandbMode", "register"]
+           "Precision", "ScalingParams", "TaskConfig", "TokenizerKind", "TrainConfig",
+           "TrainScalingConfig", "WandbMode", "register"]
 
 
 class Attention(str, Enum):
@@ -42,6 +42,15 @@ class Init(str, Enum):
 
     gpt2 = "gpt2"  # N(0, 0.02) for linears and embeddings; residual projections / sqrt(2 layers)
     torch = "torch"  # PyTorch's defaults: nn.Linear Kaiming-uniform, nn.Embedding N(0, 1)
+
+
+class Precision(str, Enum):
+    """The numerics a run trains in (train.precision), part of its identity: CUDA trains in
+    bf16 autocast, every other device in fp32 (derive.NUMERICS)."""
+
+    auto = "auto"  # the device's: what config.yaml records is the resolved one
+    fp32 = "fp32"
+    bf16 = "bf16"
 
 
 class EvalMode(str, Enum):
@@ -161,6 +170,11 @@ class TrainConfig:
     # random subset of the positions 0..M-1 (M >= seq_len) instead of 0..seq_len-1; null: off.
     # Evaluation always reads ordinary positions.
     random_positions: int | None = None
+    # Which numerics train the run, and on what kind of device (cpu | cuda | mps; null: the
+    # kind of `device`, auto's as this machine has it): identity, so that a GPU's bf16 run is
+    # never taken for, resumed as, or compared with a CPU's fp32 run of the same config.
+    precision: Precision = Precision.auto
+    device_kind: str | None = None
 
 
 @dataclass

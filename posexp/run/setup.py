@@ -7,6 +7,7 @@ import torch
 
 from posexp.config import RunSpec, check_device
 from posexp.config.custom import import_custom_encoding
+from posexp.config.derive import NUMERICS
 from posexp.config.schema import Attention, Init
 from posexp.errors import UsageError
 from posexp.model import GPT, GPTConfig
@@ -36,6 +37,21 @@ def pick_device(cfg, training: bool = True) -> torch.device:
         torch.cuda.set_device(device)  # device=cuda:N: kernels that use the current GPU too
     allow_tf32(device)
     return device
+
+
+def check_numerics(spec: RunSpec, device: torch.device) -> None:
+    """The run trains on the kind of device and in the numerics its identity says
+    (train.device_kind, train.precision): a GPU preset's bf16 run is not trained in fp32 on
+    a CPU under the GPU run's identity, nor the other way round.  One line when not."""
+    t = spec.cfg.train
+    kind, precision = str(t.device_kind), str(getattr(t.precision, "value", t.precision))
+    if device.type != kind:
+        raise UsageError(f"train.device_kind={kind}, but this run would train on {device}; "
+                         f"use device={kind}, or train.device_kind=null for {device.type}'s")
+    if precision != NUMERICS[kind]:
+        raise UsageError(f"train.precision={precision}, but {kind} trains in "
+                         f"{NUMERICS[kind]}; use train.precision=auto or "
+                         f"{NUMERICS[kind]}, or a device that trains in {precision}")
 
 
 def allow_tf32(device: torch.device) -> None:

@@ -34,6 +34,7 @@ from posexp.runs.results import (
     DAMAGED,
     MISSING,
     RunResult,
+    continues_protocol,
     load_run,
     load_runs,
     run_dirs,
@@ -43,7 +44,7 @@ from posexp.runs.store import Run, identity_sha256, scored_points, weights_sha25
 
 __all__ = ["CHECKPOINT", "CONFIG", "DAMAGED", "EVAL", "METRICS", "MISSING", "MODES", "RUN",
            "Region", "Run", "RunResult", "atomic_write", "atomic_write_json",
-           "atomic_write_text", "code_record", "code_text", "code_version",
+           "atomic_write_text", "code_record", "code_text", "code_version", "continues_protocol",
            "identity_sha256", "is_regular", "is_spread", "load_run", "load_runs", "now",
            "point_key", "point_scaling", "region", "region_text", "require_regular",
            "run_dirs", "scored_points", "shorten", "split_runs", "task_point_key",

@@ -71,7 +71,7 @@ RUN_KINDS = {"status": STR, "reason": STR, "name": STR, "experiment": STR, "enco
              "parent": STR, "seq_len": LENGTH, "seed": SEED, "n_params": POSITIVE_INT,
              "steps": COUNT, "tokens_trained": COUNT, "device": STR, "model": OBJ,
              "corpus": OBJ, "versions": OBJ, "weights_sha256": STR, "identity": OBJ,
-             "identity_sha256": STR, "code": OBJ}
+             "identity_sha256": STR, "code": OBJ, "protocol": COUNT}
 MODEL_KINDS = {"d_model": POSITIVE_INT, "n_layer": POSITIVE_INT, "n_head": POSITIVE_INT}
 CORPUS_KINDS = {"name": STR, "fingerprint": STR, "tokenizer": STR,
                 "tokenizer_fingerprint": STR, "vocab_size": POSITIVE_INT, "val_tokens": COUNT,

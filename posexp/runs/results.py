@@ -47,6 +47,9 @@ class RunResult:
     # spans id -> what general-purpose compressors make of that scored text, in bits per
     # byte ({"zlib": ..., "xz": ...}: posexp/spans.py compression), where recorded
     compression: dict = field(default_factory=dict)
+    # spans id -> its layout's counts: documents (holding a span), text_documents (of the
+    # split, where recorded) and effective_documents (1/sum(w^2) of their shares)
+    layouts: dict = field(default_factory=dict)
 
     @property
     def status(self) -> str:
@@ -59,6 +62,12 @@ class RunResult:
     @property
     def name(self) -> str:
         return self.info.get("name") or self.path.name
+
+    @property
+    def protocol(self) -> int:
+        """The protocol of posexp (version.PROTOCOL) that trained it; 0 before run.json
+        recorded one."""
+        return self.info.get("protocol") or 0
 
     @property
     def encoding(self) -> str | None:
@@ -166,8 +175,11 @@ def load_run(path: Path) -> RunResult:
         return RunResult(path, {"status": DAMAGED, "reason": str(e)})
     compression = {name: record["compression"] for name, record in data["spans"].items()
                    if isinstance(record.get("compression"), dict)}
+    layouts = {name: {"documents": len(set(record.get("document") or ())),
+                      **{k: record.get(k) for k in ("text_documents", "effective_documents")}}
+               for name, record in data["spans"].items()}
     return RunResult(path, info, ident, data["curve"], data["per_position"], data["tasks"],
-                     compression)
+                     compression, layouts)
 
 
 def run_dirs(root: Path) -> list[Path]:
@@ -195,9 +207,40 @@ def run_dirs(root: Path) -> list[Path]:
 
 
 def split_runs(results: list[RunResult]) -> tuple[list[RunResult], list[RunResult]]:
-    """(completed runs, runs that are not complete: unfinished, failed, damaged, ...)."""
+    """(completed runs, runs that are not complete: unfinished, failed, damaged, ...): what
+    reports, claims and sweeps' summaries compare, so completed runs of two protocols are
+    refused here (one_protocol)."""
     done = [r for r in results if r.status == "completed"]
+    one_protocol(done)
     return done, [r for r in results if r.status != "completed"]
+
+
+def continues_protocol(runs: list[RunResult], protocol: int) -> None:
+    """A PosexpError, in one line, when a run already in ``runs`` (any status) was trained
+    under another protocol than ``protocol``, this code's: a campaign continued by code that
+    computes other numbers would join runs of two protocols."""
+    other = next((r for r in runs if r.status not in (MISSING, DAMAGED)
+                  and r.protocol != protocol), None)
+    if other is not None:
+        raise PosexpError(f"{other.path} was trained under protocol {other.protocol}, and this "
+                          f"posexp computes protocol {protocol}: runs of the two cannot be "
+                          "combined; continue with the posexp of protocol "
+                          f"{other.protocol}, or move the older runs aside")
+
+
+def one_protocol(runs: list[RunResult]) -> None:
+    """A PosexpError, in one line naming both protocols and a run of each, when ``runs``
+    were trained under more than one (version.PROTOCOL): their numbers differ by what the
+    code computes, not by what the runs are."""
+    first: dict[int, RunResult] = {}
+    for r in runs:
+        first.setdefault(r.protocol, r)
+    if len(first) > 1:
+        (a, ra), (b, rb) = sorted(first.items())[:2]
+        raise PosexpError(f"runs of protocol {a} ({ra.path}) and protocol {b} ({rb.path}) "
+                          "cannot be compared: their training and scoring compute different "
+                          "numbers; retrain the older ones (train.resume=false) or report "
+                          "them apart")
 
 
 def load_runs(root: Path) -> tuple[list[RunResult], list[RunResult]]:

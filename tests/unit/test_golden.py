@@ -1,0 +1,42 @@
+"""One protocol across commits: a fixed tiny run's training and scored losses are those
+tests/golden/protocol.json recorded, bit for bit, under posexp.version.PROTOCOL; other
+numbers fail until PROTOCOL is bumped and scripts/golden.py records them."""
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from posexp.version import PROTOCOL
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "golden.py"
+
+
+@pytest.fixture(scope="module")
+def golden():
+    spec = importlib.util.spec_from_file_location("golden", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_training_and_scoring_compute_the_protocols_golden_numbers(golden):
+    recorded = json.loads(golden.GOLDEN.read_text())
+    problem = golden.verdict(recorded, golden.measure(), PROTOCOL)
+    assert problem is None, problem
+
+
+def test_other_numbers_or_another_protocol_say_what_to_do(golden):
+    runs = {"rope": {"train_loss": [(5.0).hex(), (4.5).hex()],
+                     "eval_loss": {"nonoverlapping@16": (4.25).hex()}}}
+    record = {"protocol": 3, "runs": runs}
+    assert golden.verdict(record, runs, 3) is None
+    moved = json.loads(json.dumps(runs))
+    moved["rope"]["train_loss"][1] = (4.5 + 2**-40).hex()  # one bit far down the mantissa
+    problem = golden.verdict(record, moved, 3)
+    assert "rope.train_loss[1]" in problem and "bump PROTOCOL" in problem
+    assert "scripts/golden.py" in problem
+    bumped = golden.verdict(record, moved, 4)
+    assert "protocol 3" in bumped and "PROTOCOL is 4" in bumped and "scripts/golden.py" in bumped
+    fewer = golden.verdict(record, {"rope": {**runs["rope"], "train_loss": [(5.0).hex()]}}, 3)
+    assert "rope.train_loss" in fewer
