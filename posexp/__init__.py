@@ -115,6 +115,7 @@ def load_model(path: str | Path, device: str = "cpu") -> GPT:
 
     register()
     stored = Run.open(Path(path))
+    stored.require_checkpoint("posexp.load_model")
     spec = RunSpec.of(apply_overrides(stored.config(), [], allowed=(), run_dir=stored.path))
     vocab = (stored.info().get("corpus") or {}).get("vocab_size")
     if not isinstance(vocab, int):

@@ -23,6 +23,7 @@ from posexp.run.training import Interrupted
 from posexp.run.workloads import Wanted, Workload, group, wanted_text, workload_of
 from posexp.runs import CHECKPOINT, Run, code_record, now
 from posexp.sinks import Sink
+from posexp.version import PROTOCOL
 
 SKIP_ADVICE = "skipped (train.resume=false moves it aside and trains it again)"
 
@@ -88,6 +89,17 @@ def set_aside_other_code(run: Run, scored: dict, what: str) -> dict:
     return {k: type(v)() for k, v in EMPTY.items()}
 
 
+def check_protocol(run: Run, info: dict, doing: str) -> None:
+    """A UsageError, in one line, when the run was trained under another protocol than this
+    code's (version.PROTOCOL): ``doing`` it would leave one run with the numbers of two."""
+    was = info.get("protocol") or 0
+    if was != PROTOCOL:
+        raise UsageError(f"{run.path} was trained under protocol {was}, and this posexp "
+                         f"computes protocol {PROTOCOL}; {doing} would mix the two: add "
+                         "train.resume=false to move it aside and train it afresh, or use "
+                         f"the posexp it was trained with (protocol {was})")
+
+
 def check_run(run: Run, info: dict, spec: RunSpec) -> None:
     """config.yaml still holds the identity the run started with, and an encoding module of
     the user's is the source it was trained with (Run.check_identity, Run.check_code)."""
@@ -115,14 +127,35 @@ def score_missing(run: Run, spec: RunSpec, device: torch.device, info: dict,
     printed before the scoring starts."""
     work = workload_of(spec)
     scalings = spec.run_scalings if scalings is None else scalings
+    if run.is_record(info):
+        refuse_record(run, spec, work, scalings)
     if not missing_points(work, scalings, read_scored(run)):
         print(f"posexp: {run.path}: already completed, and eval.json holds every {work.what} "
               f"asked for; {'nothing to score' if header else SKIP_ADVICE}", file=sys.stderr)
         print(work.table(requested_points(run, work, scalings),
                          (info.get("corpus") or {}).get("tokenizer")))
         return "skipped"
+    check_protocol(run, info, "scoring its missing points")
     evaluate(run, spec, device, header=header, scalings=scalings, only_missing=True)
     return "scored"
+
+
+def refuse_record(run: Run, spec: RunSpec, work: Workload,
+                  scalings: tuple[dict | None, ...]) -> None:
+    """A run record (no checkpoint) is skipped like any completed run when eval.json holds
+    every point asked for; else one line names the points it lacks and the command that
+    trains its weights again.  Its eval.json is never set aside: the record would be lost."""
+    try:
+        scored = run.read_eval()
+    except PosexpError as e:
+        raise PosexpError(f"{e}; {run.path} is a run record without its checkpoint, so it "
+                          "cannot be scored again: restore its eval.json") from None
+    wanted = missing_points(work, scalings, scored)
+    if wanted:
+        mode = "" if spec.is_task_run else f"{EvalMode(spec.cfg.eval.mode).value} "
+        run.require_checkpoint(
+            f"scoring the {sum(len(items) for _, items in wanted)} {mode}{work.what}(s) "
+            f"{wanted_text(wanted, getattr(work, 'item_text', str))} that eval.json lacks")
 
 
 def missing_points(work: Workload, scalings: Iterable[dict | None], scored: dict) -> Wanted:
@@ -198,6 +231,7 @@ def evaluate_dir(path: Path, spec: RunSpec) -> None:
             raise UsageError(f"{path} has status {info.get('status')!r}; only completed runs "
                              "can be evaluated")
         check_run(run, info, spec)
+        check_protocol(run, info, "scoring it again")
         device = pick_device(spec.cfg, training=False)
         if spec.is_task_run:
             t = spec.cfg.task

@@ -30,12 +30,15 @@ def digest(obj: object) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def parent_record(path: Path) -> dict:
+def parent_record(path: Path, record: bool = False) -> dict:
     """What a fine-tune records of the run it continues (config.ParentConfig), read under
     that run's lock: a completed run whose config.yaml is the one it was trained with, whose
     encoding module (one of the user's) is the source it was trained with, and whose
     checkpoint holds the weights its run.json names (Run.load_checkpoint checks them); a
-    UsageError or PosexpError, in one line, for anything else."""
+    UsageError or PosexpError, in one line, for anything else.  With ``record``, a parent
+    without its checkpoint (a run record) is taken at run.json's weights_sha256: enough to
+    tell the fine-tune's identity, so that reproduce finds a fine-tune's record complete;
+    training it still needs the parent's weights (parent_weights)."""
     if not path.is_dir():
         raise UsageError(f"{path} is not a directory; posexp finetune continues a completed "
                          "run directory")
@@ -53,7 +56,11 @@ def parent_record(path: Path) -> dict:
                              f"fine-tuned{advice}")
         identity = run.check_identity(info)
         run.check_code(info, encoding_module(run.config()))
-        weights = state_hash(run.load_checkpoint()["model"])
+        if record and run.is_record(info) and isinstance(info.get("weights_sha256"), str):
+            weights = info["weights_sha256"]
+        else:
+            run.require_checkpoint("posexp finetune")
+            weights = state_hash(run.load_checkpoint()["model"])
     return {"run": str(path.resolve()), "identity": digest(identity),
             "config": digest({k: v for k, v in identity.items() if k not in SEED_KEYS}),
             "weights_sha256": weights,
@@ -74,13 +81,13 @@ def parent_weights(spec: RunSpec) -> dict:
     return state["model"]
 
 
-
-def finetune_config(parent_dir: Path, overrides: list[str]) -> DictConfig:
+def finetune_config(parent_dir: Path, overrides: list[str], record: bool = False) -> DictConfig:
     """The checked config of a fine-tune of the completed run in ``parent_dir``: the parent's
     config (its evaluation without the parent's RoPE-scaling variants) with ``overrides``,
     written beside the parent unless results_dir, experiment or run_name say otherwise, and
-    the parent's identity, weights hash and original length in parent.*."""
-    parent = parent_record(parent_dir)
+    the parent's identity, weights hash and original length in parent.*; ``record``: a
+    parent without its checkpoint is taken at its recorded weights (parent_record)."""
+    parent = parent_record(parent_dir, record)
     saved = Run(parent_dir).config()
     home = parent_dir.absolute()
     with open_dict(saved):
@@ -89,6 +96,9 @@ def finetune_config(parent_dir: Path, overrides: list[str]) -> DictConfig:
                                 else os.path.relpath(home.parent.parent))
         saved.experiment = home.parent.name
         saved.train.resume = True
+        # the fine-tune trains in its own device's numerics (its identity), not its parent's
+        saved.train.precision = "auto"
+        saved.train.device_kind = None
         if saved.train.get("batch_tokens") is None:  # resolved: the batch in tokens again,
             # so that a step holds as many tokens at the new length
             saved.train.batch_tokens = saved.train.batch_size * saved.train.seq_len

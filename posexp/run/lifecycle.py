@@ -10,6 +10,8 @@ default), under its lock:
 | nothing                                  | train, then evaluate                           |
 | same identity, completed                 | nothing, or score the evaluation points the    |
 |                                          | config asks for that eval.json lacks           |
+| same identity, completed, no checkpoint  | nothing; points eval.json lacks are refused,   |
+| (a run record, docs/runs.md)             | naming them and the command that retrains it   |
 | same identity, unfinished, a checkpoint  | resume from the checkpoint                     |
 | same identity, unfinished, no checkpoint | train (nothing of the attempt was kept)        |
 | another identity, any status             | refuse (exit 2), naming the keys that differ   |
@@ -30,9 +32,9 @@ import torch
 from posexp.config import RunSpec, identity_diff
 from posexp.distributed import World, barrier, join, leave
 from posexp.errors import PosexpError, UsageError
-from posexp.run.evaluation import score_missing, signals_interrupt, this_code
+from posexp.run.evaluation import check_protocol, score_missing, signals_interrupt, this_code
 from posexp.run.finetune import parent_weights
-from posexp.run.setup import build_model, pick_device
+from posexp.run.setup import build_model, check_numerics, pick_device
 from posexp.run.training import Diverged, Interrupted, check_checkpoint, fit, weights_hash
 from posexp.run.workloads import Workload, workload_of
 from posexp.runs import CHECKPOINT, RUN, Run, code_text, code_version, now, versions
@@ -45,6 +47,7 @@ def run(spec: RunSpec, progress: bool = True, group: str | None = None) -> str:
     asked for, "scored" when only missing evaluation points were computed.  ``progress``
     shows a progress bar on a terminal; ``group`` names the W&B group."""
     device = pick_device(spec.cfg)
+    check_numerics(spec, device)
     this_code(spec)  # source hashed now, while the files are those this process loaded
     # torchrun: rank 0 holds the lock and writes; RANK is set before the process group exists
     main = int(os.environ.get("RANK", "0")) == 0
@@ -93,6 +96,8 @@ def existing(run: Run, spec: RunSpec) -> dict | None:
                          "another run_name= or experiment=, or add train.resume=false to move "
                          f"that run aside to {run.path.parent / '.replaced'}/ and train this one")
     run.check_code(info, spec.cfg.encoding.get("module"))
+    if info["status"] != "completed":
+        check_protocol(run, info, "resuming it")
     return info
 
 

@@ -9,7 +9,8 @@ evaluation points and checkpoint, each written atomically (files.py) and read ba
                   corpus
   metrics.jsonl   training curve, one JSON object per line, appended and flushed
   eval.json       extrapolation curve(s) and per-position loss; a task run's task points
-  checkpoint.pt   weights + optimizer + data-sampler state (loads with weights_only=True)
+  checkpoint.pt   weights + optimizer + data-sampler state (loads with weights_only=True);
+                  a completed run without it is a run record (Run.is_record)
 ```
 """
 
@@ -33,9 +34,9 @@ from filelock import FileLock, Timeout
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from posexp.config.identity import LEGACY, identity_diff
+from posexp.config.identity import LEGACY, LEGACY_BY_DEVICE, identity_diff
 from posexp.config.identity import identity as config_identity
-from posexp.errors import PosexpError, UsageError, first_line
+from posexp.errors import InUse, PosexpError, UsageError, first_line
 from posexp.runs.files import (
     CHECKPOINT,
     CONFIG,
@@ -55,6 +56,7 @@ from posexp.runs.files import (
 from posexp.runs.points import point_key, point_scaling, region, task_point_key
 from posexp.runs.records import read_eval
 from posexp.scaling import order as scaling_order
+from posexp.version import PROTOCOL
 
 
 class Run:
@@ -81,7 +83,7 @@ class Run:
         ident = run.identity()  # as config.yaml holds it: what every later open compares
         run.write_info({"status": "running", "started_at": now(), "identity": ident,
                         "identity_sha256": identity_sha256(ident),
-                        "code": code_record(encoding_module(cfg))})
+                        "code": code_record(encoding_module(cfg)), "protocol": PROTOCOL})
         for name in (EVAL, CHECKPOINT, METRICS):
             (path / name).unlink(missing_ok=True)
         return run
@@ -139,7 +141,7 @@ class Run:
                       f"{who['since']})")
             except (OSError, ValueError, KeyError, TypeError):
                 by = ""
-            raise PosexpError(f"{self.path} is in use{by}; wait for it to finish, or choose "
+            raise InUse(f"{self.path} is in use{by}; wait for it to finish, or choose "
                               "another run_name= or experiment=") from None
         try:
             atomic_write_json(holder, {"pid": os.getpid(), "host": platform.node(),
@@ -181,19 +183,40 @@ class Run:
     def open(cls, path: Path) -> Run:
         """An existing run, for ``posexp eval`` and ``posexp.load_model``; a directory that
         is not one is a usage error, one whose config.yaml was edited since it started or
-        whose encoding module has changed is refused (check_identity, check_code)."""
+        whose encoding module has changed is refused (check_identity, check_code).  A
+        completed run without its checkpoint (a record) opens: what needs its weights asks
+        require_checkpoint."""
         if not path.is_dir():
             raise UsageError(f"{path} is not a directory")
-        missing = [n for n in (CONFIG, RUN, CHECKPOINT) if not os.path.lexists(path / n)]
-        if missing:
+        names = (CONFIG, RUN, CHECKPOINT)
+        missing = [n for n in names if not os.path.lexists(path / n)]
+        if any(n != CHECKPOINT for n in missing):
             raise UsageError(f"{path} is not a finished posexp run (missing {', '.join(missing)})")
-        for name in (CONFIG, RUN, CHECKPOINT):
+        for name in names:
             require_regular(path / name)
         run = cls(path)
         info = run.info()
+        if missing and info.get("status") != "completed":
+            raise UsageError(f"{path} is not a finished posexp run (missing {CHECKPOINT})")
         run.check_identity(info)
         run.check_code(info, encoding_module(run.config()))
         return run
+
+    def is_record(self, info: dict) -> bool:
+        """Whether this is a run record: completed, its checkpoint not here (records travel
+        in git without it, results/.gitignore).  It reads back as any completed run."""
+        return info.get("status") == "completed" and not os.path.lexists(self.path / CHECKPOINT)
+
+    def require_checkpoint(self, needs: str) -> None:
+        """A PosexpError, in one line, when this is a record: ``needs`` (what the caller
+        does) needs the weights, and the line names the command that trains them again."""
+        if self.is_record(self.info()):
+            from posexp.runs.rebuild import rebuild_command  # composes configs: on refusal only
+
+            raise PosexpError(f"{self.path} is a run record without its checkpoint "
+                              f"({CHECKPOINT} is missing): {needs} needs the trained weights; "
+                              f"train them again with: "
+                              f"{rebuild_command(self.path, self.config())}")
 
     # --- run.json -----------------------------------------------------------------------
     def info(self) -> dict:
@@ -229,11 +252,13 @@ class Run:
             raise PosexpError(f"{self.path / CONFIG} is damaged: not a mapping")
         return cfg
 
-    def identity(self) -> dict:
-        """The identity (config.identity) of the run config.yaml describes."""
+    def identity(self, info: dict | None = None) -> dict:
+        """The identity (config.identity) of the run config.yaml describes; ``info``, its
+        run.json, says which device an older run trained on (identity.LEGACY_BY_DEVICE)."""
         cfg = self.config()
+        device = (info or {}).get("device")
         try:
-            return config_identity(cfg)
+            return config_identity(cfg, device if isinstance(device, str) else None)
         except Exception as e:  # a key missing or of another type: whatever OmegaConf raises
             raise PosexpError(f"{self.path / CONFIG}: cannot tell the run's identity: "
                               f"{first_line(e)}") from None
@@ -245,8 +270,9 @@ class Run:
         before posexp recorded identities has no record and is taken as it is (no record is
         added: posexp cannot vouch for a config.yaml it did not see written).  A key posexp
         added to identities since, at the value older runs trained with (LEGACY), is no
-        change."""
-        current = self.identity()
+        change, as are the numerics an older run trained in (LEGACY_BY_DEVICE): its record
+        lacks them, and config.identity fills them from the device it trained on."""
+        current = self.identity(info)
         recorded, digest = info.get("identity"), info.get("identity_sha256")
         if recorded is None and digest is None:
             return current
@@ -255,6 +281,8 @@ class Run:
                               "match its identity_sha256")
         ours = {k: v for k, v in current.items()
                 if k in recorded or k not in LEGACY or LEGACY[k] != v}
+        if "train.precision" not in recorded:
+            ours = {k: v for k, v in ours.items() if k not in LEGACY_BY_DEVICE}
         differ = identity_diff(recorded, ours)  # by value, as existing runs are compared:
         if differ:  # base 10000 and 10000.0 are one identity
             shown = "; ".join(differ[:3]) + (f"; and {len(differ) - 3} more"
@@ -386,6 +414,7 @@ class Run:
 
         path = self.path / CHECKPOINT
         require_regular(path)  # a FIFO would block the read
+        self.require_checkpoint("posexp")
         try:
             with path.open("rb") as fh:
                 magic = fh.read(4)
