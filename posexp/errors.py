@@ -15,6 +15,11 @@ class UsageError(PosexpError):
     exit_code = 2
 
 
+class InUse(PosexpError):
+    """A run's lock is held by another process: a campaign skips that run ("running
+    elsewhere") and goes on, where any other error of a run would count as its failure."""
+
+
 class Stopped(PosexpError):
     """The user stopped the command (a signal): not an error, so the line reads
     ``posexp: stopped by SIGINT ...``; exit status 128 + the signal's number."""

@@ -9,8 +9,10 @@ import sys
 from pathlib import Path
 
 import typer
+import yaml
 
-from posexp.cli.app import app
+from posexp.campaign import TIME_LIMIT_EXIT
+from posexp.cli.app import EXTRA, app
 from posexp.cli.errors import fail
 from posexp.cli.help import Command
 from posexp.config import CONFIG_DIR
@@ -20,6 +22,18 @@ from posexp.errors import UsageError
 def preset_names() -> str:
     """The shipped claim presets (configs/reproduce/)."""
     return ", ".join(sorted(p.stem for p in (Path(CONFIG_DIR) / "reproduce").glob("*.yaml")))
+
+
+def preset_costs() -> str:
+    """One line per shipped preset: its name and the cost its ``cost:`` states."""
+    lines = []
+    for path in sorted((Path(CONFIG_DIR) / "reproduce").glob("*.yaml")):
+        try:
+            cost = (yaml.safe_load(path.read_text()) or {}).get("cost")
+        except (OSError, yaml.YAMLError, AttributeError):  # load_preset says what is wrong
+            cost = None
+        lines.append(f"      {path.stem:<18} {cost or 'not measured'}")
+    return "\n".join(lines)
 
 
 def write_report_of(root: Path, out: Path | None, style: str, width: str | None,
@@ -179,8 +193,9 @@ def compare(
         fail(e)
 
 
-@app.command(cls=Command)
+@app.command(cls=Command, context_settings=EXTRA)
 def reproduce(
+    ctx: typer.Context,
     preset: str = typer.Option("cpu", metavar="NAME|FILE", show_default=False,
                                help=f"{preset_names()} (configs/reproduce/), or a YAML file "
                                     "of the same shape (default: cpu)."),
@@ -191,6 +206,11 @@ def reproduce(
                                            show_default=False,
                                            help="Config files of your own (an encoding, a "
                                                 "task) that the preset's runs choose."),
+    time_limit: str | None = typer.Option(None, "--time-limit", metavar="DURATION",
+                                          show_default=False,
+                                          help="Stop within this time (90s, 45m, 2h, "
+                                               f"1h30m): exit {TIME_LIMIT_EXIT} with runs "
+                                               "pending."),
 ) -> None:
     """Run a claim suite and print the verdicts.
 
@@ -204,18 +224,49 @@ def reproduce(
     run, and writes the report, verdicts.md and verdicts.json under
     RESULTS_DIR/<experiment>/report.
 
+    With --time-limit a run starts only if its estimate (its tokens at the training speed
+    the campaign's latest completed run measured) fits in the time left; at the limit the
+    run going is checkpointed, claims whose runs are missing read "pending (N runs)", and
+    the command ends with a summary and exit status {exit} (run it again to continue). A run
+    another process holds is skipped as running elsewhere. hydra/launcher=joblib (this
+    machine) or submitit_slurm (a cluster), with hydra.launcher.KEY=VALUE, runs the runs
+    through Hydra's launcher as posexp sweep does.
+
+    \b
+    Presets and their cost (each preset's cost: key, measured or estimated):
+{costs}
+
     \b
     Examples:
-      posexp reproduce                  the cpu preset: about 27 minutes on 2 cores
+      posexp reproduce                  the cpu preset
       posexp reproduce --preset rope-scaling
-      posexp reproduce --preset tasks   about 4.5 hours on 2 cores (estimated)
+      posexp reproduce --preset tasks
       posexp reproduce --preset gpu
       posexp reproduce --preset my_claims.yaml --results-dir out
       posexp reproduce --preset my_claims.yaml --config-dir configs
+      posexp reproduce --preset tasks --time-limit 1h30m
+      posexp reproduce --preset gpu hydra/launcher=submitit_slurm hydra.launcher.partition=gpu
     """
     try:
-        from posexp.claims import reproduce as run_claims
-
-        run_claims(preset, results_dir, str(config_dir) if config_dir else None)
+        run_suite(ctx.args, preset, results_dir, config_dir, time_limit)
     except BaseException as e:
         fail(e)
+
+
+def run_suite(args: list[str], preset: str, results_dir: Path, config_dir: Path | None,
+              time_limit: str | None) -> None:
+    """posexp reproduce's work, its launcher arguments and time limit checked first."""
+    from posexp.campaign import parse_time_limit
+    from posexp.claims import reproduce as run_claims
+    from posexp.claims.campaign import check_launcher_args
+
+    launcher = check_launcher_args(args)
+    seconds = None if time_limit is None else parse_time_limit(time_limit)
+    run_claims(preset, results_dir, str(config_dir) if config_dir else None, seconds,
+               tuple(launcher))
+
+
+# the exit status of a campaign stopped at its time limit, defined once (posexp/campaign.py)
+# and each preset's cost, read from the preset (its cost:), not repeated here
+reproduce.__doc__ = reproduce.__doc__.replace("{exit}", str(TIME_LIMIT_EXIT)).replace(
+    "{costs}", preset_costs())

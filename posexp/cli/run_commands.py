@@ -13,6 +13,7 @@ import typer
 from omegaconf import DictConfig, OmegaConf
 
 from posexp import scaling
+from posexp.campaign import end_sweep, pop_time_limit, sweep_campaign, timed_job
 from posexp.cli.app import EXTRA, app, hydra_main
 from posexp.cli.args import Args, parse_args, saved_run_args
 from posexp.cli.errors import fail
@@ -126,6 +127,7 @@ def eval_(
                                          "device and attention")
         run_dir = run_dir_arg(run_dir)
         run = Run.open(run_dir)
+        run.require_checkpoint("posexp eval")
         cfg = apply_overrides(run.config(), overrides, allowed=EVAL_KEYS, run_dir=run_dir)
         check_device_name(cfg.device)
         check_eval(cfg)
@@ -149,8 +151,8 @@ def sweep(ctx: typer.Context) -> None:
     finishes only what is missing. encoding=glob(*) is every encoding there is a config for
     (the presets' default). Presets: sweep=encodings (the default), lengths, seeds, grid.
     Launchers: hydra/launcher=basic (one job after another), joblib (parallel on this
-    machine), submitit_local, submitit_slurm. --cfg job prints every job's config and runs
-    nothing.
+    machine), submitit_local, submitit_slurm. --time-limit DURATION (90s, 45m, 2h, 1h30m):
+    as posexp reproduce's. --cfg job prints every job's config and runs nothing.
 
     \b
     Examples:
@@ -160,22 +162,15 @@ def sweep(ctx: typer.Context) -> None:
       posexp sweep 'encoding=glob(*,exclude=nope)' seed=0,1
     """
     try:
-        a = parse_args(ctx.args, "sweep")
+        args, seconds = pop_time_limit(ctx.args)
+        a = parse_args(args, "sweep")
         if "--version" in a.flags:
             typer.echo(f"posexp {__version__}")
             return
         if "--info" in a.flags or "--hydra-help" in a.flags:  # composed by Hydra, run nothing
             sweep_info(a)
             return
-        from posexp.sweep import (
-            is_glob,
-            launcher_overrides,
-            plan,
-            stop_overrides,
-            stopping,
-            summarize,
-            sweep_job,
-        )
+        from posexp.sweep import plan
 
         with showing("--cfg" in a.flags):
             jobs, extra = plan(a.overrides, a.config_dir, a.config_name,
@@ -185,15 +180,33 @@ def sweep(ctx: typer.Context) -> None:
             return
     except BaseException as e:
         fail(e)
+    launch_sweep(a, jobs, extra, seconds)
+
+
+def launch_sweep(a: Args, jobs: list, extra: list[str], seconds: float | None) -> None:
+    """The planned jobs through Hydra's launcher, within ``seconds`` where given; then the
+    summary."""
+    from posexp.sweep import (
+        is_glob,
+        launcher_overrides,
+        stop_overrides,
+        stopping,
+        summarize,
+        sweep_job,
+    )
+
     typer.echo(f"posexp sweep: {len(jobs)} runs", err=True)
     # globs go to Hydra spelled out (in extra): exactly the options planned; every override
     # before the flags (argparse takes no overrides after an option's value)
     overrides = launcher_overrides([o for o in a.overrides if not is_glob(o)])
-    with stopping():  # a signal stops every job, checkpointed, wherever it runs
-        argv = replace(a, overrides=[*overrides, *extra, *stop_overrides()]
+    # a signal (or the time limit) stops every job, checkpointed, wherever it runs
+    with stopping(), sweep_campaign(seconds, [job.cfg for job in jobs]) as (campaign, handed):
+        argv = replace(a, overrides=[*overrides, *extra, *stop_overrides(), *handed]
                        ).hydra_argv(drop=("--multirun",))
-        hydra_main(sweep_job, ["--multirun", *argv])
+        hydra_main(sweep_job if campaign is None else timed_job, ["--multirun", *argv])
     try:
+        if campaign is not None:
+            end_sweep(campaign, [job.cfg for job in jobs])
         summarize([job.cfg for job in jobs])
     except BaseException as e:
         fail(e)
@@ -238,6 +251,7 @@ def resume(
 
         if not (run_dir / "config.yaml").is_file():
             raise UsageError(f"{run_dir} is not a posexp run (no config.yaml)")
+        refuse_record(Run(run_dir), "posexp resume")
         cfg = apply_overrides(Run(run_dir).config(), [], allowed=(), run_dir=run_dir)
         home = Path(os.path.abspath(run_dir))  # `posexp resume .` names the run by its path
         if Path(os.path.abspath(Path(cfg.results_dir, cfg.experiment, cfg.run_name))) != home:
@@ -249,6 +263,19 @@ def resume(
         run_config(cfg)
     except BaseException as e:
         fail(e)
+
+
+def refuse_record(run, needs: str) -> None:
+    """A run record (runs.Run.require_checkpoint) refused in one line; a run.json missing or
+    damaged is left to the run layer, which says what to do about it."""
+    from posexp.errors import PosexpError
+
+    try:
+        record = os.path.lexists(run.path / "run.json") and run.is_record(run.info())
+    except PosexpError:
+        return
+    if record:
+        run.require_checkpoint(needs)
 
 
 @app.command(cls=Command, context_settings=EXTRA)
@@ -288,8 +315,6 @@ def finetune(
         run_config(cfg)
     except BaseException as e:
         fail(e)
-
-
 
 
 # the help names the RoPE scaling methods the table has (posexp/scaling.py)

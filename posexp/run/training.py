@@ -364,11 +364,16 @@ class Loop:
     def stats(self) -> dict:
         """What run.json records of the training."""
         plan, now = self.plan, time.perf_counter()
-        return {"train_seconds": round(self.seconds_before + now - self.start, 2),
+        seconds = self.seconds_before + now - self.start
+        # this attempt's speed; an attempt resumed at the last step trained nothing, and
+        # then the run's own over all its attempts (a campaign's estimates read it)
+        steps, took = plan.total_steps - self.first_step, now - self.start
+        if not steps:
+            steps, took = plan.total_steps, seconds
+        return {"train_seconds": round(seconds, 2),
                 "steps": plan.total_steps,
                 "tokens_trained": plan.total_steps * plan.tokens_per_step,
-                "tok_per_s": round((plan.total_steps - self.first_step) * plan.tokens_per_step
-                                   / max(1e-9, now - self.start)),
+                "tok_per_s": round(steps * plan.tokens_per_step / max(1e-9, took)),
                 "final_train_loss": self.last["loss"],
                 "final_val_loss": self.last.get("val_loss")}
 
