@@ -49,6 +49,11 @@ class Preset:
     learning_rates: dict | None = None
     # its margins file (claims/margins.py): the thresholds, fixed before its runs train
     margins: str | None = None
+    # other training budgets (train.tokens) every run also trains at, each judged on its own
+    # runs: a claim whose verdict differs reads budget-dependent (claims/budgets.py)
+    budgets: list | None = None
+    # what its runs measured to cost (posexp reproduce -h reads it): hours, on what machine
+    cost: str | None = None
 
 
 def preset_path(name: str) -> Path:
@@ -169,6 +174,10 @@ def _check(path: Path, tree: dict, schema: type, where: str, claim_set: ClaimSet
 
 def _check_lists(path: Path, tree: dict) -> None:
     """Runs and fine-tunes are lists of overrides (strings); learning rates positive."""
+    for budget in tree.get("budgets") or []:
+        if not _fits(budget, int):
+            raise UsageError(f"preset {path}: budgets must be a list of positive integers "
+                             f"(train.tokens), got {budget!r:.40}")
     for encoding, lr in (tree.get("learning_rates") or {}).items():
         if not (_fits(lr, float) and 0 < lr < float("inf")):
             raise UsageError(f"preset {path}: learning_rates.{encoding} must be a positive "

@@ -15,7 +15,18 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from posexp.claims.base import HOLDS, SLIDING, Verdict, correct
+from posexp.campaign import Campaign, read_info
+from posexp.claims.base import HOLDS, Verdict, correct
+from posexp.claims.budgets import at_budget, budget_groups, budgets, judged_at_budgets
+from posexp.claims.campaign import (
+    COMMAND,
+    Pending,
+    end_campaign,
+    mark_pending,
+    modes_of,
+    run_campaign,
+)
+from posexp.claims.margins import margins_record, margins_text
 from posexp.claims.preset import (
     DEFAULT_SET,
     load_preset,
@@ -26,14 +37,23 @@ from posexp.claims.preset import (
     report_dir,
     with_lr,
 )
-from posexp.claims.margins import margins_record, margins_text
 from posexp.claims.registry import CLAIM_SETS, ClaimSet
+from posexp.claims.scored import scored_text
 from posexp.config import RunSpec, check, compose
-from posexp.errors import PosexpError, UsageError, first_line
+from posexp.errors import InUse, PosexpError, UsageError, first_line
 from posexp.report import check_report_dir, write_report
 from posexp.report.tasks import EXACT
-from posexp.runs import MISSING, RunResult, atomic_write_json, atomic_write_text, load_run
+from posexp.runs import (
+    MISSING,
+    RunResult,
+    atomic_write_json,
+    atomic_write_text,
+    code_text,
+    continues_protocol,
+    load_run,
+)
 from posexp.runs import split_runs as split
+from posexp.version import PROTOCOL
 
 
 def plan(name: str, preset: DictConfig, results_dir: Path, seeds: list[int],
@@ -42,8 +62,9 @@ def plan(name: str, preset: DictConfig, results_dir: Path, seeds: list[int],
     """(every run's checked config at every seed, their directories, each fine-tune at each
     seed as (parent directory, its overrides)), before anything trains."""
     common = [*preset.overrides, f"experiment={preset.experiment}", f"results_dir={results_dir}"]
-    configs = [compose([*common, *run, f"seed={seed}"], config_dir) for seed in seeds
-               for run in preset_runs(preset)]
+    configs = [compose([*common, *run, f"seed={seed}"], config_dir)
+               for group in budget_groups(preset_runs(preset), preset)
+               for seed in seeds for run in group]
     if not configs:
         raise UsageError(f"preset {name} lists no runs")
     paths = [Path(cfg.results_dir) / cfg.experiment / cfg.run_name for cfg in configs]
@@ -63,10 +84,12 @@ def plan(name: str, preset: DictConfig, results_dir: Path, seeds: list[int],
 
 class Attempts:
     """Runs tried one after another; a failure is recorded under its run's directory and
-    the others go on.  A signal stops the whole suite (the run is checkpointed)."""
+    the others go on.  A signal stops the whole suite (the run is checkpointed); the time
+    limit of its campaign stops the run going then, checkpointed, and no other starts."""
 
-    def __init__(self) -> None:
+    def __init__(self, campaign: Campaign | None = None) -> None:
         self.failed: dict[Path, str] = {}
+        self.campaign = campaign or Campaign(COMMAND, None, [])
 
     def __call__(self, path: Path, configure: Callable[[], list[DictConfig]], what: str) -> Path:
         """Run the configs ``configure`` gives; a failure is recorded under their run's
@@ -75,31 +98,40 @@ class Attempts:
         from posexp.run.training import Interrupted
 
         try:
-            for each in configure():
+            for n, each in enumerate(configure()):
                 path = Path(each.results_dir) / each.experiment / each.run_name
                 check(each)
+                if n == 0 and not self.campaign.admit(path, each):
+                    return path
                 run(RunSpec.of(each))
+        except InUse as e:  # another campaign trains it: its claims wait, the others go on
+            self.campaign.say("skipped", path, f"running elsewhere: {e}")
+            return path
         except Interrupted:
-            raise
+            if not self.campaign.expired:
+                raise
+            self.campaign.say("pending", path, "stopped at the time limit, checkpointed")
+            return path
         except Exception as e:  # one failed run must not stop the others
             self.failed[path] = first_line(e)
             print(f"posexp reproduce: {what}: failed: {self.failed[path]}", file=sys.stderr)
+            return path
+        self.campaign.say("recorded", path)
         return path
 
 
 def train_all(preset: DictConfig, configs: list[DictConfig], paths: list[Path],
-              tunes: list[tuple[Path, list[str]]]) -> tuple[list[Path], dict[Path, str]]:
+              tunes: list[tuple[Path, list[str]]], campaign: Campaign | None = None,
+              ) -> tuple[list[Path], dict[Path, str]]:
     """Train (or find completed) every run, then every fine-tune; (every run's directory,
     the failures by directory)."""
     from posexp.run import finetune_config
 
-    attempt, paths, total = Attempts(), list(paths), len(configs) + len(tunes)
+    attempt, paths, total = Attempts(campaign), list(paths), len(configs) + len(tunes)
     for i, (cfg, path) in enumerate(zip(configs, paths, strict=True), 1):
         print(f"posexp reproduce: run {i}/{total}: {cfg.run_name}", file=sys.stderr)
         # trains (or finds the run completed), then scores only the sliding points
-        modes = [cfg]
-        if preset.get("sliding", True):
-            modes.append(OmegaConf.merge(cfg, {"eval": {"mode": SLIDING, "stride": None}}))
+        modes = modes_of(preset, cfg)
         attempt(path, lambda modes=modes: modes, f"{cfg.experiment}/{cfg.run_name}")
     for i, (parent, overrides) in enumerate(tunes, len(configs) + 1):
         print(f"posexp reproduce: run {i}/{total}: fine-tune of {parent.name} "
@@ -109,15 +141,22 @@ def train_all(preset: DictConfig, configs: list[DictConfig], paths: list[Path],
             attempt.failed[placeholder] = f"its parent {parent.name} failed"
             paths.append(placeholder)
             continue
-        paths.append(attempt(placeholder, lambda p=parent, o=overrides: [finetune_config(p, o)],
+        if read_info(parent).get("status") != "completed":  # it starts from those weights
+            attempt.campaign.say("pending", placeholder, f"its parent {parent.name} is pending")
+            paths.append(placeholder)
+            continue
+        paths.append(attempt(placeholder,
+                             lambda p=parent, o=overrides: [finetune_config(p, o, record=True)],
                              f"fine-tune of {parent}"))
     return paths, attempt.failed
 
 
-def reproduce(name: str, results_dir: Path, config_dir: str | None = None) -> list[Verdict]:
+def reproduce(name: str, results_dir: Path, config_dir: str | None = None,
+              time_limit: float | None = None, launcher: tuple[str, ...] = ()) -> list[Verdict]:
     """Train what is missing, score every run, fine-tune what the preset lists, write the
-    report and verdicts; ``config_dir`` adds config files as --config-dir does.  After the
-    report, a PosexpError says how many runs failed."""
+    report and verdicts; ``config_dir`` adds config files as --config-dir does; within
+    ``time_limit`` seconds and through Hydra's ``launcher`` where given (claims/campaign.py).
+    After the report, a PosexpError says how many runs failed or are pending."""
     preset, claim_set = load_preset(name)
     made = provenance(name, preset)  # the preset as read, before hours of training
     sections = claim_set.sections(preset)
@@ -130,12 +169,14 @@ def reproduce(name: str, results_dir: Path, config_dir: str | None = None) -> li
                          f"of its runs; give the report another name (report: NAME) or the "
                          "run another run_name")
     check_report_dir(out)
+    continues_protocol([load_run(path) for path in paths], PROTOCOL)  # before any training
     n_tokens = {int(cfg.eval.tokens) for cfg in configs}
     if len(n_tokens) > 1:
         raise UsageError(f"the runs of preset {name} score different eval.tokens "
                          f"({', '.join(map(str, sorted(n_tokens)))}); its claims compare them "
                          "on the same tokens")
-    paths, failed = train_all(preset, configs, paths, tunes)
+    paths, failed, campaign, pending = run_campaign(preset, configs, paths, tunes, config_dir,
+                                                    time_limit, launcher)
     results = []
     for path in paths:
         r = load_run(path)
@@ -147,9 +188,11 @@ def reproduce(name: str, results_dir: Path, config_dir: str | None = None) -> li
                  task_metrics=judged_metrics(preset))
     # a run that failed after it completed (scoring its sliding points) is in the report, but
     # its claims are not measured
-    rows = verdicts([r for r in runs if r.path not in failed], preset, n_tokens.pop())
+    rows = verdicts([r for r in runs if r.path not in failed], preset, n_tokens.pop(),
+                    [what for _, what in pending.values()], int(configs[0].train.tokens))
     write_verdicts(out, name, preset, claim_set, sections, rows, runs, failed, seeds, made)
     print(f"\n{terminal_verdicts(rows)}\n\nreport: {out}")
+    end_campaign(campaign, pending, failed, len(configs) + len(tunes))
     if failed:
         raise PosexpError(f"{len(failed)} of {len(configs) + len(tunes)} runs failed; their "
                           "claims are not measured")
@@ -163,11 +206,27 @@ def judged_metrics(preset: DictConfig) -> tuple[str, ...]:
     return (str(preset.thresholds.get("metric") or EXACT),)
 
 
-def verdicts(runs: list[RunResult], preset: DictConfig, n_tokens: int) -> list[Verdict]:
+def verdicts(runs: list[RunResult], preset: DictConfig, n_tokens: int,
+             pending: list[Pending] = (), main: int | None = None) -> list[Verdict]:
     """Every claim of the preset's claim set judged on ``runs`` (its completed runs), on the
-    scored region of ``n_tokens`` tokens (its eval.tokens)."""
+    scored region of ``n_tokens`` tokens (its eval.tokens); one that reads a ``pending`` run
+    is pending instead.  With the preset's budgets, judged on the runs of the ``main``
+    budget (train.tokens) and again on each other's (claims/budgets.py)."""
     claim_set = CLAIM_SETS[preset.get("claims") or DEFAULT_SET]
-    return correct(claim_set.judge(claim_set.sections(preset), runs, preset, n_tokens))
+    sections = claim_set.sections(preset)
+    claims = [c for _, s in sections for c in s]
+
+    def judge(subset: list[RunResult], held: list[Pending]) -> list[Verdict]:
+        rows = claim_set.judge(sections, subset, preset, n_tokens)
+        return correct(mark_pending(rows, claims, held))
+
+    others = budgets(preset)
+    if not others or main is None:
+        return judge(runs, list(pending))
+    return judged_at_budgets(
+        lambda tokens: judge(at_budget(runs, tokens, main),
+                             [p for p in pending if p.tokens in (tokens, None)]),
+        main, others)
 
 
 def write_verdicts(out: Path, name: str, preset: DictConfig, claim_set: ClaimSet,
@@ -182,7 +241,7 @@ def write_verdicts(out: Path, name: str, preset: DictConfig, claim_set: ClaimSet
     note = claim_set.note(runs, preset) if claim_set.note else None
     atomic_write_text(out / "verdicts.md", verdicts_markdown(
         name, preset, by_section, note, failed, devices,
-        f"{provenance_text(made, runs)}\n\n{versions_table(runs)}"))
+        f"{provenance_text(made, runs)}\n\n{versions_table(runs)}", scored_text(runs)))
     atomic_write_json(out / "verdicts.json", {
         "preset": name, **made, "seeds": seeds, "verdicts": [asdict(v) for v in rows],
         "failed": {str(path): message for path, message in failed.items()},
@@ -218,23 +277,33 @@ def provenance_text(made: dict, runs: list[RunResult]) -> str:
 
 
 def verdict_table(rows: list[Verdict]) -> str:
+    """The verdicts as a markdown table; with a preset's budgets, a column of stability."""
+    stability = any(v.budget for v in rows)
     lines = ["| claim | source | kind, margin (why) | scope | measured (95% interval) | "
-             "verdict | p | Holm |", "|---|---|---|---|---|---|---|---|"]
+             f"verdict | p | Holm |{' budgets |' * stability}",
+             f"|---|---|---|---|---|---|---|---|{'---|' * stability}"]
     for v in rows:
         verdict, holm = (x if x == HOLDS else f"**{x}**" for x in (v.verdict, v.holm))
-        p = "—" if v.p is None else f"{v.p:.2g}"
+        # a p-value says which hypothesis it tests; a missing one, why it is not in the family
+        p = f"— ({v.tested})" if v.p is None else f"{v.p:.2g} ({v.tested})"
+        budget = f" {v.budget or '—'} |" if stability else ""
         lines.append(f"| {v.claim} | {v.source} | {v.kind} | {v.scope} | {v.measured} | "
-                     f"{verdict} | {p} | {holm} |")
+                     f"{verdict} | {p} | {holm} |{budget}")
     return "\n".join(lines)
 
 
 def versions_table(runs: list[RunResult]) -> str:
-    """The software every run recorded, one row per package; a package whose version differs
-    between runs lists each version with its runs."""
+    """The software every run recorded, one row per package, then the posexp code that
+    trained it and its protocol (version.PROTOCOL; 0 before runs recorded one); a row whose
+    value differs between runs lists each value with its runs."""
     seen: dict[str, dict[str, list[str]]] = {}
     for r in runs:
         versions = r.info.get("versions")
-        for package, version in (versions.items() if isinstance(versions, dict) else ()):
+        code = r.info.get("code")
+        for package, version in [*(versions.items() if isinstance(versions, dict) else ()),
+                                 *([("posexp code", code_text(code))]
+                                   if isinstance(code, dict) else []),
+                                 ("protocol", r.protocol)]:
             seen.setdefault(package, {}).setdefault(str(version), []).append(r.name)
     lines = ["| package | version |", "|---|---|"]
     for package, by_version in seen.items():
@@ -246,7 +315,7 @@ def versions_table(runs: list[RunResult]) -> str:
 
 def verdicts_markdown(name: str, preset: DictConfig, sections: list[tuple[str, list[Verdict]]],
                       note: str | None, failed: dict[Path, str], device: str,
-                      versions: str) -> str:
+                      versions: str, scored: str = "") -> str:
     """verdicts.md: a table of verdicts per section, ``note`` (a property, not a claim), the
     runs that failed and the software."""
     failures = "".join(f"* {path}: failed: {message}\n" for path, message in failed.items())
@@ -259,11 +328,16 @@ def verdicts_markdown(name: str, preset: DictConfig, sections: list[tuple[str, l
         "a margin fixed in the preset with its reason. A test **holds** when the whole 95% "
         "interval of its statistic lies inside the region its kind and margin give, **does "
         "not hold** when it lies wholly outside, and is **inconclusive** otherwise; a claim "
-        "holds when all its tests do. p is the claim's one-sided p-value (the largest over "
-        "its tests); the Holm column corrects the suite's claims for multiplicity (Holm's "
+        "holds when all its tests do. p is the claim's one-sided p-value of what its verdict "
+        "asserts, named beside it: that it holds (the largest over its tests of inside the "
+        "region) or that it does not (the smallest over its tests of outside the region, "
+        "times their number); an inconclusive claim carries the nearer of the two. The Holm "
+        "column corrects the suite's claims for multiplicity in both directions (Holm's "
         "step-down rule at 2.5% one-sided, the level of a 95% interval clear of its bound): "
-        "a claim that holds only uncorrected reads inconclusive there. Intervals: "
-        f"{'; '.join(methods) or 'none'}.\n\n{tables}"
+        "a claim that holds, or does not hold, only uncorrected reads inconclusive there. A "
+        "claim without a p-value is outside the family, and its p cell says why. Intervals: "
+        f"{'; '.join(methods) or 'none'}.\n\n" + (f"{scored}\n\n" if scored else "")
+        + tables
         + (f"## A property, not a claim\n\n{note}\n\n" if note else "")
         + (f"Runs that failed (their claims are not measured):\n\n{failures}\n" if failed
            else "")
@@ -274,4 +348,4 @@ def terminal_verdicts(rows: list[Verdict]) -> str:
     """One block per claim for a terminal: the claim, its verdict, and what was measured."""
     return "\n".join(f"{v.claim}\n    {v.verdict.upper()}"
                      f"{'' if v.holm == v.verdict else f' (after Holm: {v.holm})'}: {v.measured}"
-                     for v in rows)
+                     + (f"\n    budgets: {v.budget}" if v.budget else "") for v in rows)

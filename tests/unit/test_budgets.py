@@ -1,0 +1,82 @@
+"""Budget stability (claims/budgets.py): a preset's budgets train every run at another
+train.tokens too, and each claim is judged on each budget's runs alone; a claim whose
+verdict differs reads budget-dependent beside it, one whose other budget is missing is not
+compared, and the table gains the column only then."""
+
+import pytest
+from omegaconf import OmegaConf
+
+from posexp.claims import verdicts
+from posexp.claims.base import FAILS, HOLDS
+from posexp.claims.budgets import budget_groups, tokens_text
+from posexp.claims.campaign import Pending
+from posexp.claims.suite import verdict_table
+from posexp.config import compose
+from posexp.runs import load_runs
+from tests.unit.test_reproduce import CLAIM_RUNS, EXPECTED, PRESET, by_number, curve, make_run
+
+HALF = 24576  # another budget than the composed default's
+
+
+@pytest.fixture(scope="module")
+def main_tokens():
+    assert int(compose([]).train.tokens) != HALF
+    return int(compose([]).train.tokens)
+
+
+def runs_at(root, tokens: int, alibi: dict | None = None) -> None:
+    """The preset's runs at seed 0 on ``tokens`` tokens; ``alibi`` its ALiBi curve instead."""
+    for (enc, L), ppl in CLAIM_RUNS.items():
+        points = curve(alibi if enc == "alibi" and alibi else ppl)
+        if enc == "alibi":
+            points += curve({16: 4.0, 32: 4.0, 64: 4.1}, "sliding")
+        make_run(root, enc, L, 0, points, f"train.tokens={tokens}", suffix=f"-T{tokens}")
+
+
+def test_each_claim_is_judged_at_each_budget_and_a_change_reads_budget_dependent(
+        tmp_path, main_tokens):
+    preset = OmegaConf.merge(PRESET, {"budgets": [HALF]})
+    runs_at(tmp_path, main_tokens)
+    runs_at(tmp_path, HALF, alibi={16: 5.0, 32: 6.0, 64: 7.0})  # ALiBi not flat at 2M
+    runs = load_runs(tmp_path)[0]
+    v = by_number(verdicts(runs, preset, 512, main=main_tokens))
+    # the main budget's verdicts are those of its runs alone (two configs of one curve
+    # would otherwise be refused)
+    assert {n: v[n].verdict for n in v} == EXPECTED
+    full, half = tokens_text(main_tokens), tokens_text(HALF)
+    assert (full, half) == ("2M", "24,576")
+    assert v[3].budget.startswith(f"budget-dependent ({full}: holds; {half}: {FAILS}")
+    assert v[1].budget == f"stable ({full}: {HOLDS}; {half}: {HOLDS})"
+    assert "| budgets |" in verdict_table(list(v.values()))
+    # a budget whose runs are pending is not compared
+    held = [Pending("alibi", 16, None, (), False, HALF)]
+    w = by_number(verdicts(runs, preset, 512, held, main=main_tokens))
+    assert w[3].verdict == HOLDS and w[3].budget.startswith("not compared")
+    # without budgets: no column, and every run in one suite
+    only_main = [r for r in runs if r.identity["train.tokens"] == main_tokens]
+    plain = verdicts(only_main, PRESET, 512)
+    assert all(r.budget is None for r in plain) and "budgets" not in verdict_table(plain)
+
+
+def test_a_campaign_trains_the_main_budget_before_the_others():
+    preset = OmegaConf.create({"budgets": [2000000, 1000000]})
+    runs = [["encoding=rope"], ["encoding=alibi"]]
+    assert budget_groups(runs, preset) == [
+        runs, [["encoding=rope", "train.tokens=2000000"], ["encoding=alibi",
+                                                          "train.tokens=2000000"]],
+        [["encoding=rope", "train.tokens=1000000"], ["encoding=alibi",
+                                                    "train.tokens=1000000"]]]
+
+
+@pytest.mark.parametrize("bad", [0, -5, 1.5, "2M", True])
+def test_a_budget_that_is_not_a_positive_token_count_is_refused(tmp_path, bad):
+    import yaml
+
+    from posexp.claims.preset import load_preset
+    from posexp.errors import UsageError
+    from tests.presets import shipped_preset
+
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump({**shipped_preset("cpu"), "budgets": [bad]}))
+    with pytest.raises(UsageError, match=r"p.yaml: budgets must be a list of positive integers "
+                                         r"\(train.tokens\), got "):
+        load_preset(str(tmp_path / "p.yaml"))
