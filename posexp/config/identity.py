@@ -16,8 +16,10 @@ from posexp.config.keys import flatten
 # What a run's weights do not depend on: where it is written, how it is logged, how it is
 # evaluated, on which device and kernel, how often it reports or checkpoints, whether it may
 # continue an earlier attempt.  Everything else in the config is its identity.
+# train.compile is identity: compiled kernels round otherwise (a tiny RoPE run's weights and
+# loss differ from eager's), and a run record is restored by training it again bit for bit.
 NOT_IDENTITY = ("results_dir", "experiment", "run_name", "device", "attention", "eval",
-                "logger", "train.resume", "train.compile", "train.log_every",
+                "logger", "train.resume", "train.log_every",
                 "train.val_every_tokens", "train.val_tokens", "train.checkpoint_every",
                 "data.cache_dir", "parent.run", "task.eval_count", "task.eval_seed",
                 "task.depths")

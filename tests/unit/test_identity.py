@@ -87,11 +87,12 @@ def test_identity_ignores_what_does_not_change_the_weights():
                      "data.cache_dir=/tmp/elsewhere", "train.log_every=7", "attention=sdpa",
                      "train.val_every_tokens=1000", "train.checkpoint_every=99",
                      "train.resume=false", "logger=wandb", "experiment=x", "run_name=y",
-                     "results_dir=z", "eval.tokens=1024", "train.compile=true"]:
+                     "results_dir=z", "eval.tokens=1024"]:
         assert C.identity(composed(override)) == base, override
     for override in ["model.d_model=64", "train.lr=0.001", "seed=1", "data.tokenizer=bpe",
                      "encoding=alibi", "train.tokens=1000000", "train.warmup_tokens=0",
-                     "model.dropout=0.1", "data.val_fraction=0.05"]:
+                     "model.dropout=0.1", "data.val_fraction=0.05",
+                     "train.compile=true"]:  # compiled kernels round otherwise
         assert C.identity(composed(override)) != base, override
 
 
