@@ -13,7 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from posexp.campaign import Campaign, held_elsewhere, read_info, read_plan, write_plan
 from posexp.claims.base import UNMEASURED, VARIANT_KEYS, Claim, CurveRef, Verdict
-from posexp.errors import UsageError
+from posexp.errors import PosexpError, UsageError, first_line
 
 LAUNCHER_ARGS = ("hydra/launcher=", "hydra.launcher.")
 COMMAND = "posexp reproduce"
@@ -115,6 +115,7 @@ def campaign_job(cfg: DictConfig) -> str:
     it shares."""
     from posexp.config import apply_overrides
     from posexp.run import finetune_config
+    from posexp.run.restore import lacks_points, restore_weights
     from posexp.sweep import sweep_job
 
     campaign, plan = read_plan(COMMAND)
@@ -127,6 +128,12 @@ def campaign_job(cfg: DictConfig) -> str:
     path = Path(configs[0].results_dir) / configs[0].experiment / configs[0].run_name
     if held_elsewhere(campaign, path) or not campaign.admit(path, configs[0]):
         return "pending"
+    if lacks_points(path, configs):  # a record asked for more points: its weights again
+        try:
+            restore_weights(path, configs[0])
+        except PosexpError as e:
+            print(f"posexp: {first_line(e)}", file=sys.stderr)
+            return "failed"
     for each in configs:
         status = sweep_job(each)
         if status in ("failed", "interrupted", "not started"):

@@ -95,14 +95,18 @@ class Attempts:
         """Run the configs ``configure`` gives; a failure is recorded under their run's
         directory (``path`` until they are known)."""
         from posexp.run import run
+        from posexp.run.restore import lacks_points, restore_weights
         from posexp.run.training import Interrupted
 
         try:
-            for n, each in enumerate(configure()):
+            configs = configure()
+            for n, each in enumerate(configs):
                 path = Path(each.results_dir) / each.experiment / each.run_name
                 check(each)
                 if n == 0 and not self.campaign.admit(path, each):
                     return path
+                if n == 0 and lacks_points(path, configs):  # a record: its weights again
+                    restore_weights(path, each)
                 run(RunSpec.of(each))
         except InUse as e:  # another campaign trains it: its claims wait, the others go on
             self.campaign.say("skipped", path, f"running elsewhere: {e}")

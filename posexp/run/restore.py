@@ -1,0 +1,76 @@
+"""A run record's weights, trained again for a campaign that asks it for points it lacks.
+
+A record travels without its checkpoint (docs/runs.md).  A campaign may still ask it for
+points it was not scored at -- the learning-rate sweep scores at L only, and the suite then
+reads the chosen run at every length.  Training on the CPU is deterministic (the golden test,
+tests/unit/test_golden.py, holds it bit for bit), so the record's config trained again gives
+its weights back: the campaign trains it in a scratch directory beside the runs, takes the
+checkpoint only if its weights are the record's own (run.json's weights_sha256), and scores
+the missing points from it as from any completed run.  Weights that differ (another machine's
+numerics) are refused in one line; the record is never changed by a failed attempt.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from posexp.config import RunSpec
+from posexp.errors import PosexpError
+from posexp.runs import CHECKPOINT, Run
+
+SCRATCH = ".campaign"  # beside the runs: results/.gitignore keeps it out of git
+
+
+def lacks_points(path: Path, configs: list[DictConfig]) -> bool:
+    """Whether ``path`` holds a run record that lacks a point one of ``configs`` asks for."""
+    from posexp.run.evaluation import missing_points
+    from posexp.run.workloads import workload_of
+
+    run = Run(path)
+    if not os.path.lexists(path / "run.json") or not run.is_record(run.info()):
+        return False
+    scored = run.read_eval()
+    for cfg in configs:
+        spec = RunSpec.of(cfg)
+        if missing_points(workload_of(spec), spec.run_scalings, scored):
+            return True
+    return False
+
+
+def restore_weights(path: Path, cfg: DictConfig) -> None:
+    """The record in ``path`` gets its checkpoint back: ``cfg`` (its config) trained again in
+    a scratch directory, its weights checked against the record's; a PosexpError, the record
+    untouched, when they differ."""
+    from posexp.run import run
+
+    recorded = Run(path).info().get("weights_sha256")
+    if not recorded:
+        raise PosexpError(f"{path} records no weights_sha256: its weights cannot be checked, "
+                          "so they are not trained again")
+    scratch = path.parent / SCRATCH / "restore"
+    again = OmegaConf.merge(cfg, {"results_dir": str(scratch), "experiment": path.parent.name,
+                                  "run_name": path.name})
+    if OmegaConf.select(cfg, "task") is None:  # scored again where it is: here L is enough
+        again.eval.lengths = [int(cfg.train.seq_len)]
+    where = scratch / path.parent.name / path.name
+    shutil.rmtree(where, ignore_errors=True)  # a killed attempt's leftovers start nothing
+    print(f"posexp: {path}: a record without its checkpoint lacks points asked for; training "
+          "its config again for its weights", file=sys.stderr)
+    try:
+        run(RunSpec.of(again))
+        found = Run(where).info().get("weights_sha256")
+        if found != recorded:
+            raise PosexpError(f"{path}: training its config again gave other weights (sha256 "
+                              f"{str(found)[:12]}, the record has {recorded[:12]}): this "
+                              "machine does not reproduce the record's numerics, so its "
+                              "missing points cannot be scored here")
+        tmp = path / f".{CHECKPOINT}.restore.tmp"
+        shutil.copyfile(where / CHECKPOINT, tmp)
+        os.replace(tmp, path / CHECKPOINT)
+    finally:  # kept only while it trains: an interrupted attempt starts afresh next time
+        shutil.rmtree(where, ignore_errors=True)
