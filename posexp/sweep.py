@@ -20,7 +20,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,12 +107,13 @@ def is_glob(override: str) -> bool:
 NAMED_KEYS = ("encoding", "train.seq_len", "seed")
 
 
-def run_name_override(jobs: list[list[str]]) -> list[str]:
+def run_name_override(jobs: list[list[str]], pinned: Iterable[str] = ()) -> list[str]:
     """The run_name override that gives every job of a sweep its own directory: the default
     name plus ``,key=${key}`` for each swept key of the identity it does not hold (a config
-    group by its option's name), with the last part of a dotted key where that is unique.
-    Nothing when the command line or the sweep preset sets run_name, or nothing else is
-    swept."""
+    group by its option's name), and each such key the sweep preset ``pinned`` to one value
+    (sweep=lr-cpu's train.tokens: its runs sit beside the suite's at another budget), with
+    the last part of a dotted key where that is unique.  Nothing when the command line or the
+    sweep preset sets run_name, or nothing else is swept."""
     values: dict[str, set[str]] = {}
     for job in jobs:
         for override in job:
@@ -121,7 +122,7 @@ def run_name_override(jobs: list[list[str]]) -> list[str]:
     if "run_name" in values:
         return []
     swept = [k for k, v in values.items()
-             if len(v) > 1 and k not in NAMED_KEYS and in_identity(k)]
+             if (len(v) > 1 or k in pinned) and k not in NAMED_KEYS and in_identity(k)]
     if not swept:
         return []
     short = [k.rsplit(".", 1)[-1] for k in swept]
@@ -161,7 +162,7 @@ def plan(overrides: list[str], config_dir: str | None = None,
     params = preset.hydra.sweeper.params or {}
     jobs, globs = grid(overrides, {str(k): str(v) for k, v in params.items()},
                        lambda group: group_options(group, config_dir))
-    run_name = run_name_override(jobs)
+    run_name = run_name_override(jobs, params)
     launcher = check_launcher(preset.hydra.launcher, len(jobs))
     planned, where, checked = [], {}, set()
     planning = Planning(len(jobs))

@@ -67,3 +67,25 @@ def test_whole_lines_puts_the_streams_back(capfd):
     assert (sys.stdout, sys.stderr) == before
     out, err = capfd.readouterr()
     assert out == "[job] to stdout\n" and err == "[job] to stderr\n"
+
+
+def test_a_sweep_presets_pinned_budget_names_its_runs_as_the_suites_do():
+    """sweep=lr-cpu pins train.tokens at 2M: its runs are named with the budget, as the cpu
+    and encodings presets name theirs, so the suites reuse the sweep's runs and never mix a
+    2M run with a 4M one in one directory."""
+    from posexp.config import register
+    from posexp.sweep import plan, run_name_override
+
+    jobs = [["encoding=rope", f"train.lr={lr}", "seed=0", "train.tokens=2000000"]
+            for lr in (0.002, 0.004)]
+    assert run_name_override(jobs) == [
+        "run_name='${encoding.name}-L${train.seq_len}-s${seed},lr=${plain:${train.lr}}'"]
+    assert run_name_override(jobs, pinned=["train.tokens", "seed"]) == [
+        "run_name='${encoding.name}-L${train.seq_len}-s${seed},lr=${plain:${train.lr}},"
+        "tokens=${plain:${train.tokens}}'"]
+    register()
+    planned, _ = plan(["sweep=lr-cpu", "experiment=cpu-L128", "encoding=rope"],
+                      devices=False)
+    assert [j.cfg.run_name for j in planned] == [
+        f"rope-L128-s0,lr={lr},tokens=2000000" for lr in ("0.002", "0.004", "0.008")]
+    assert {tuple(j.cfg.eval.lengths) for j in planned} == {(128,)}  # scored at L only
