@@ -272,12 +272,16 @@ def provenance(name: str, preset: DictConfig) -> dict:
 
 
 def provenance_text(made: dict, runs: list[RunResult]) -> str:
-    """The preset's and the code's hashes, and the margins' history against the first run."""
+    """The preset's and the code's hashes, and the margins' history against the first run;
+    a margins file not fixed before it is also said on the terminal, in one line."""
     code = made["code"]
     starts = [str(r.info["started_at"]) for r in runs if r.info.get("started_at")]
+    margins = margins_text(made["margins"], min(starts) if starts else None)
+    if "**" in margins:  # bold: changed after the first run, uncommitted, never committed
+        print(f"posexp reproduce: warning: {margins.replace('**', '')}", file=sys.stderr)
     return (f"Preset file sha256 {made['preset_sha256'][:16]}; posexp {code['posexp']}, "
             f"source {code['source_sha256'][:16]}, package {code['package_sha256'][:16]}.\n\n"
-            + margins_text(made["margins"], min(starts) if starts else None))
+            + margins)
 
 
 def verdict_table(rows: list[Verdict]) -> str:

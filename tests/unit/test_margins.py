@@ -77,3 +77,26 @@ def test_the_verdicts_say_whether_the_margins_were_fixed_before_the_first_run(tm
     assert [c["time"][:10] for c in changed["commits"]] == ["2026-12-01", "2026-12-03"]
     assert margins_text(changed, "2026-12-02T09:00:00+00:00").endswith(
         f"; **changed after the first run started** in {changed['commits'][1]['commit'][:10]}.")
+
+
+def test_reproduce_says_on_the_terminal_when_the_margins_were_not_fixed_first(
+        tmp_path, monkeypatch, capsys):
+    import json
+
+    import posexp.run
+    from posexp.claims import reproduce
+    from tests.unit.test_reproduce import THRESHOLDS, _fake_experiment, write_preset
+
+    git(tmp_path, "init", "-q")
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump(THRESHOLDS))  # never committed
+    preset = write_preset(tmp_path / "tiny.yaml", margins="m.yaml")
+    tree = json.loads(preset.read_text())
+    del tree["thresholds"]
+    preset.write_text(json.dumps(tree))
+    monkeypatch.setattr(posexp.run, "run", _fake_experiment([], fail="none"))
+    reproduce(str(preset), tmp_path / "results")
+    err = capsys.readouterr().err
+    assert f"posexp reproduce: warning: Margins: {tmp_path / 'm.yaml'} (sha256 " in err
+    assert "; not fixed in any commit: these margins are not pre-registered." in err
+    md = (tmp_path / "results" / "claims" / "report" / "verdicts.md").read_text()
+    assert "**not fixed in any commit**" in md
