@@ -101,3 +101,35 @@ def test_a_sweep_stops_at_its_limit_with_the_same_exit_and_summary(posexp, tmp_p
     assert r.stderr.splitlines()[-2:] == [
         f"posexp sweep: {summary}",
         f"posexp: stopped at the time limit: {summary}; run the same command again to continue"]
+
+
+def test_a_campaign_continues_on_a_fresh_clone_holding_only_its_records(posexp, tmp_path):
+    """What git carries: the records of the runs that finished, no checkpoint, nothing of a
+    run the limit stopped.  The campaign carries on from them to the numbers of one that was
+    never stopped."""
+    import shutil
+
+    preset = tiny_preset(tmp_path / "tiny.yaml", rope_tokens=262144)
+    tree = json.loads(preset.read_text())
+    tree["runs"].reverse()  # alibi (2,048 tokens) first: recorded within the limit
+    preset.write_text(json.dumps(tree))
+    r = posexp("reproduce", "--preset", str(preset), "--results-dir", "here",
+               "--time-limit", "1s")
+    assert r.returncode == TIME_LIMIT_EXIT, r.stderr
+    here = tmp_path / "here" / "claims"
+    assert read_json(here / "alibi-L16-s0" / "run.json")["status"] == "completed"
+    clone = tmp_path / "clone" / "claims"
+    clone.mkdir(parents=True)
+    shutil.copytree(here / "alibi-L16-s0", clone / "alibi-L16-s0",
+                    ignore=shutil.ignore_patterns("checkpoint.pt"))
+    r = posexp("reproduce", "--preset", str(preset), "--results-dir", "clone",
+               "--time-limit", "10m")
+    assert r.returncode == 0, r.stderr
+    assert "posexp reproduce: recorded: claims/alibi-L16-s0" in r.stderr.splitlines()
+    assert not (clone / "alibi-L16-s0" / "checkpoint.pt").exists()  # skipped, not retrained
+    r = posexp("reproduce", "--preset", str(preset), "--results-dir", "whole")
+    assert r.returncode == 0, r.stderr
+    assert numbers(clone) == numbers(tmp_path / "whole" / "claims")
+    verdicts = [read_json(root / "report" / "verdicts.json")["verdicts"]
+                for root in (clone, tmp_path / "whole" / "claims")]
+    assert [v["verdict"] for v in verdicts[0]] == [v["verdict"] for v in verdicts[1]]
