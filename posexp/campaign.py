@@ -175,6 +175,8 @@ class Campaign:
         if self.expired:
             self.say("pending", path, "not started: the time limit has passed")
             return False
+        if read_info(path).get("status") == "completed":  # nothing to train: its points
+            return True                                   # are scored, or it is skipped
         need, left = self.estimate(path, cfg), self.left()
         if need is None:
             # nothing measured yet: the run itself measures this machine, and at the limit
