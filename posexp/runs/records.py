@@ -4,6 +4,7 @@ what is wrong.  eval.json has one reader, ``read_eval``, for whoever reads it.""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -173,7 +174,11 @@ def read_eval(file: Path) -> dict:
     except (OSError, ValueError, RecursionError) as e:  # RecursionError: nested past the stack
         raise PosexpError(f"{file} is unreadable: {e}") from None
     check_fields(file, "", data, {"curve": LIST, "per_position": LIST, "tasks": LIST,
-                                  "spans": OBJ, "code": OBJ}, ("curve",))
+                                  "spans": OBJ, "code": OBJ, "sha256": STR}, ("curve",))
+    if "sha256" in data and data["sha256"] != contents_sha256(data):
+        raise PosexpError(f"{file} was edited after posexp wrote it (its contents no longer "
+                          "match the sha256 it records): restore it (git checkout for a "
+                          "committed record), or score the run again")
     for key, empty in (("per_position", []), ("tasks", []), ("spans", {})):
         data[key] = data.get(key) or empty
     _check_task_points(file, data["tasks"])
@@ -182,6 +187,15 @@ def read_eval(file: Path) -> dict:
     _check_per_position(file, data["per_position"])
     check_finite(file, data)
     return data
+
+
+def contents_sha256(data: dict) -> str:
+    """The sha256 eval.json records of its own contents (every key but ``sha256``, in
+    canonical JSON): a number edited by hand -- in a committed record, nothing else would
+    tell -- no longer matches it.  Files written before posexp recorded it have none."""
+    body = {k: v for k, v in data.items() if k != "sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"))
+                          .encode()).hexdigest()
 
 
 def check_finite(file: Path, data: object) -> None:

@@ -54,7 +54,7 @@ from posexp.runs.files import (
     shorten,
 )
 from posexp.runs.points import point_key, point_scaling, region, task_point_key
-from posexp.runs.records import read_eval
+from posexp.runs.records import contents_sha256, read_eval
 from posexp.scaling import order as scaling_order
 from posexp.version import PROTOCOL
 
@@ -355,6 +355,7 @@ class Run:
                 if (p.get("length"), region(p)) != (per_position["length"], region(per_position))
             ] + [per_position]
         data.update(fields, updated_at=now())
+        data["sha256"] = contents_sha256(data)
         atomic_write_json(self.path / EVAL, data)
         self._eval_afresh = False
         return data

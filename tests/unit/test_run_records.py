@@ -59,3 +59,26 @@ def test_results_gitignore_is_itself_tracked():
 def test_rebuild_values_read_back_as_themselves(value):
     parsed = OverridesParser.create().parse_override(f"key={hydra_value(value)}").value()
     assert parsed == value and type(parsed) is type(value)
+
+
+def test_an_eval_json_edited_by_hand_is_refused_one_written_before_the_hash_is_read(tmp_path):
+    import json
+
+    import pytest
+
+    from posexp.errors import PosexpError
+    from posexp.runs.records import contents_sha256, read_eval
+    from tests.runs_on_disk import curve_point, eval_file, losses
+
+    data = json.loads(eval_file([curve_point("nonoverlapping", 16, losses(1.5))]))
+    file = tmp_path / "eval.json"
+    file.write_text(json.dumps(data))  # as posexp wrote it before it recorded the hash
+    assert read_eval(file)["curve"][0]["length"] == 16
+    file.write_text(json.dumps({**data, "sha256": contents_sha256(data)}, indent=1))
+    assert read_eval(file)["curve"][0]["loss"] == data["curve"][0]["loss"]
+    edited = json.loads(file.read_text())
+    edited["curve"][0]["loss"] = 0.5  # a better number, by hand
+    file.write_text(json.dumps(edited))
+    with pytest.raises(PosexpError, match=r"eval.json was edited after posexp wrote it \(its "
+                                          r"contents no longer match the sha256 it records\)"):
+        read_eval(file)
