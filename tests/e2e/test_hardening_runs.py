@@ -25,6 +25,7 @@ import torch
 from omegaconf import OmegaConf
 
 from posexp.runs import Run
+from posexp.runs.records import contents_sha256
 from tests.conftest import TINY, copy_run, in_process, read_json
 from tests.runs_on_disk import FINGERPRINT, curve_point, losses, write_run
 
@@ -52,9 +53,14 @@ def strict_json(path: Path) -> dict:
 
 # --- what a row does to its copy of the run -------------------------------------------
 def edit_json(name: str, change: Callable[[dict], None]) -> Callable[[Path], None]:
+    """The file as a writer other than this posexp left it: an eval.json keeps a sha256 of
+    its contents that matches, so the check under test is the one that answers (a hand
+    edit is its own case, tests/unit/test_run_records.py)."""
     def edit(run: Path) -> None:
         data = json.loads((run / name).read_text())
         change(data)
+        if "sha256" in data:
+            data["sha256"] = contents_sha256(data)
         (run / name).write_text(json.dumps(data))  # json writes NaN and Infinity as given
 
     return edit

@@ -129,7 +129,8 @@ def test_a_damaged_eval_json_of_a_record_is_kept_not_set_aside(posexp_here, reco
     (record / "eval.json").write_text(json.dumps(data))
     r = posexp_here("train", "encoding=rope", *TINY, "results_dir=out")
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert "eval.json is damaged" in r.stderr and "restore its eval.json" in r.stderr
+    assert "eval.json was edited after posexp wrote it" in r.stderr, r.stderr
+    assert "restore its eval.json" in r.stderr
     assert read_json(record / "eval.json") == data
     assert not list(record.glob("eval.json.*"))
 
