@@ -90,10 +90,12 @@ def test_reproduce_hands_its_runs_to_the_joblib_launcher(posexp, tmp_path):
 
 
 def test_a_sweep_stops_at_its_limit_with_the_same_exit_and_summary(posexp, tmp_path):
-    # long enough to outlast the limit anywhere: it stops at the limit, never trains to the end
-    r = posexp("sweep", "encoding=rope,alibi", "train.seq_len=16", *SMALL, "train.tokens=262144",
-               "train.batch_tokens=128", "eval.tokens=256", "eval.lengths=[16]", "device=cpu",
-               "results_dir=out", "--time-limit", "1s")
+    # long enough to outlast the limit anywhere (minutes on an idle machine): it stops at the
+    # limit, never trains to the end; a limit of seconds, so that a loaded machine still
+    # starts the first run before it
+    r = posexp("sweep", "encoding=rope,alibi", "train.seq_len=16", *SMALL,
+               "train.tokens=4194304", "train.batch_tokens=128", "eval.tokens=256",
+               "eval.lengths=[16]", "device=cpu", "results_dir=out", "--time-limit", "8s")
     assert r.returncode == TIME_LIMIT_EXIT, r.stderr
     assert read_json(tmp_path / "out" / "default" / "rope-L16-s0" / "run.json")["status"] == \
         "interrupted"
