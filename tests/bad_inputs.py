@@ -200,6 +200,10 @@ BAD = [
     (["train", "train.seq_len="], 2, ["train.seq_len must be an integer, got ''"]),
     (["train", "train.tokens=nan"], 2, ["train.tokens must be an integer, got 'nan'"]),
     (["train", "eval.lengths=abc"], 2, ["eval.lengths must be a list"]),
+    # a list of floats: not "must be a number", and an example of its own kind (#35)
+    (["train", "task=passkey", "task.depths=0.5"], 2,
+     ["task.depths must be a list, e.g. task.depths=[0.5]"]),
+    (["train", "eval.lengths=128"], 2, ["eval.lengths must be a list, e.g. eval.lengths=[128]"]),
     (["train", "eval.lengths=[1e300]"], 2, ["eval.lengths[0] must be an integer"]),
     (["train", "train.resume=maybe"], 2, ["train.resume must be true or false"]),
     (["train", "logger.mode=sometimes"], 2, ["logger.mode must be one of online, offline"]),

@@ -8,6 +8,7 @@ the schema's type of the key); Hydra's message text is read only where Hydra rai
 from __future__ import annotations
 
 import re
+import types
 import typing
 from enum import Enum
 
@@ -98,17 +99,29 @@ def _declared(key: str) -> object:
 def _invalid_value(key: str, cause: ValidationError) -> str:
     """A value the schema's type of ``key`` cannot hold: what that type takes."""
     kind = _declared(key)
-    args = [a for a in typing.get_args(kind) if a is not type(None)] or [kind]
+    union = typing.get_origin(kind) in (typing.Union, types.UnionType)  # X | None, not list[X]
+    args = [a for a in typing.get_args(kind) if a is not type(None)] if union else [kind]
     declared = args[0] if len(args) == 1 else None
     got = cause.value
     if isinstance(declared, type) and issubclass(declared, Enum):
         options = ", ".join(m.value for m in declared)
         return f"{key} must be one of {options}; got '{got}'"
     if typing.get_origin(declared) is list or declared is list:
-        return f"{key} must be a list, e.g. {key}=[64,128]"
+        return f"{key} must be a list, e.g. {key}=[{_list_example(declared, got)}]"
     if declared in TYPE_WORDS:
         return f"{key} must be {TYPE_WORDS[declared]}, got '{got}'"
     return f"{key}: {_message(cause)}" if key else _message(cause)
+
+
+def _list_example(declared: object, got: object) -> str:
+    """The items of an example list for a key declared ``list[X]``: the value given, where
+    it is one item of the list's type (task.depths=0.5 -> [0.5]), else two of that type."""
+    item = (typing.get_args(declared) or (int,))[0]
+    fallback = "0.25,0.5" if item is float else "64,128"
+    try:
+        return str(got) if item in (int, float) and str(item(got)) == str(got) else fallback
+    except (TypeError, ValueError):
+        return fallback
 
 
 def _composition_text(text: str) -> str:
