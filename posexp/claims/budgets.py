@@ -1,11 +1,14 @@
 """Budget stability: a suite judged again on the same runs trained on fewer tokens.
 
 A verdict at one training budget may be a fact about the encoding or about how far training
-got.  A preset's ``budgets`` (train.tokens values below its own) trains every run at every
-seed at each of them too -- seed 0's run at the chosen learning rate on the sweep's budget is
-the sweep's own run, scored at the claims' lengths once the choice is committed -- and each
-claim is judged at each budget on those runs alone.  A claim whose verdict differs between
-budgets reads *budget-dependent* beside its verdict, with the verdict at each other budget.
+got.  A preset's ``budgets`` (train.tokens values below its own) trains every run at each of
+them too, at its ``budget_seeds`` (default its seeds), and each claim is judged at each budget
+on those runs alone.  The CPU suites' budget seeds are 1, 2 and 3: seed 0's run at the chosen
+rate on the sweep's budget is the sweep's own, which chose the rate (a winner's curse), and
+its weights, needed for the points it was not scored at, come back bit for bit only on the
+kind of machine that trained it (tests/golden: other CPUs round the last bits otherwise).
+A claim whose verdict differs between budgets reads *budget-dependent* beside its verdict,
+with the verdict at each other budget.
 """
 
 from __future__ import annotations
@@ -27,10 +30,12 @@ def budgets(preset: DictConfig) -> list[int]:
     return [int(b) for b in preset.get("budgets") or []]
 
 
-def budget_groups(runs: list[list[str]], preset: DictConfig) -> list[list[list[str]]]:
-    """The preset's runs at its own budget, then at each other: a campaign trains the main
-    suite first."""
-    return [runs, *([[*run, f"train.tokens={b}"] for run in runs] for b in budgets(preset))]
+def budget_groups(runs: list[list[str]], seeds: list[int], budget_seeds: list[int],
+                  preset: DictConfig) -> list[tuple[list[list[str]], list[int]]]:
+    """The preset's runs at its own budget and ``seeds``, then at each other budget and
+    ``budget_seeds``: a campaign trains the main suite first."""
+    return [(runs, seeds), *(([[*run, f"train.tokens={b}"] for run in runs], budget_seeds)
+                             for b in budgets(preset))]
 
 
 def at_budget(runs: list[RunResult], tokens: int, main: int) -> list[RunResult]:

@@ -52,6 +52,10 @@ class Preset:
     # other training budgets (train.tokens) every run also trains at, each judged on its own
     # runs: a claim whose verdict differs reads budget-dependent (claims/budgets.py)
     budgets: list | None = None
+    # the seeds of the runs at those budgets (default: seeds): others than the seed the
+    # learning-rate sweep chose with, whose run cannot be trained again bit for bit on another
+    # kind of machine for the points it was not scored at (claims/budgets.py)
+    budget_seeds: list | None = None
     # what its runs measured to cost (posexp reproduce -h reads it): hours, on what machine
     cost: str | None = None
 
@@ -274,14 +278,16 @@ def report_dir(preset: DictConfig, name: str) -> str:
     return report
 
 
-def preset_seeds(preset: DictConfig, name: str) -> list[int]:
-    seeds = preset.get("seeds")
-    seeds = [0] if seeds is None else (
-        OmegaConf.to_container(seeds) if OmegaConf.is_config(seeds) else seeds)
+def preset_seeds(preset: DictConfig, name: str, key: str = "seeds") -> list[int]:
+    """The preset's ``seeds`` (default [0]), or its ``budget_seeds`` (default its seeds)."""
+    seeds = preset.get(key)
+    if seeds is None:
+        return preset_seeds(preset, name) if key != "seeds" else [0]
+    seeds = OmegaConf.to_container(seeds) if OmegaConf.is_config(seeds) else seeds
     if not (isinstance(seeds, list) and seeds and all(
             isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)
             and len(set(seeds)) == len(seeds)):
-        raise UsageError(f"preset {name}: seeds must be a list of distinct non-negative "
+        raise UsageError(f"preset {name}: {key} must be a list of distinct non-negative "
                          f"integers, got {seeds!r}")
     if any(str(o).startswith("seed=") for o in (*preset.overrides,
                                                  *(o for run in preset_runs(preset)

@@ -62,9 +62,10 @@ def plan(name: str, preset: DictConfig, results_dir: Path, seeds: list[int],
     """(every run's checked config at every seed, their directories, each fine-tune at each
     seed as (parent directory, its overrides)), before anything trains."""
     common = [*preset.overrides, f"experiment={preset.experiment}", f"results_dir={results_dir}"]
+    groups = budget_groups(preset_runs(preset), seeds,
+                           preset_seeds(preset, name, "budget_seeds"), preset)
     configs = [compose([*common, *run, f"seed={seed}"], config_dir)
-               for group in budget_groups(preset_runs(preset), preset)
-               for seed in seeds for run in group]
+               for group, group_seeds in groups for seed in group_seeds for run in group]
     if not configs:
         raise UsageError(f"preset {name} lists no runs")
     paths = [Path(cfg.results_dir) / cfg.experiment / cfg.run_name for cfg in configs]
@@ -247,7 +248,10 @@ def write_verdicts(out: Path, name: str, preset: DictConfig, claim_set: ClaimSet
         name, preset, by_section, note, failed, devices,
         f"{provenance_text(made, runs)}\n\n{versions_table(runs)}", scored_text(runs)))
     atomic_write_json(out / "verdicts.json", {
-        "preset": name, **made, "seeds": seeds, "verdicts": [asdict(v) for v in rows],
+        "preset": name, **made, "seeds": seeds,
+        **({"budget_seeds": preset_seeds(preset, name, "budget_seeds")} if budgets(preset)
+           else {}),
+        "verdicts": [asdict(v) for v in rows],
         "failed": {str(path): message for path, message in failed.items()},
         "thresholds": OmegaConf.to_container(preset.thresholds)})
 

@@ -61,11 +61,34 @@ def test_each_claim_is_judged_at_each_budget_and_a_change_reads_budget_dependent
 def test_a_campaign_trains_the_main_budget_before_the_others():
     preset = OmegaConf.create({"budgets": [2000000, 1000000]})
     runs = [["encoding=rope"], ["encoding=alibi"]]
-    assert budget_groups(runs, preset) == [
-        runs, [["encoding=rope", "train.tokens=2000000"], ["encoding=alibi",
-                                                          "train.tokens=2000000"]],
-        [["encoding=rope", "train.tokens=1000000"], ["encoding=alibi",
-                                                    "train.tokens=1000000"]]]
+    assert budget_groups(runs, [0, 1], [1, 2], preset) == [
+        (runs, [0, 1]),
+        ([["encoding=rope", "train.tokens=2000000"], ["encoding=alibi", "train.tokens=2000000"]],
+         [1, 2]),
+        ([["encoding=rope", "train.tokens=1000000"], ["encoding=alibi", "train.tokens=1000000"]],
+         [1, 2])]
+
+
+def test_the_budget_runs_train_at_the_budget_seeds_and_the_main_runs_at_the_seeds(tmp_path):
+    """The cpu suites' budget runs leave out seed 0, whose 2M run is the sweep's: it chose
+    the rate, and its weights come back bit for bit only on the machine kind that trained
+    it."""
+    from posexp.claims.preset import load_preset, preset_seeds
+    from posexp.claims.suite import plan
+
+    preset, _ = load_preset("cpu")
+    assert preset_seeds(preset, "cpu") == [0, 1, 2]
+    assert preset_seeds(preset, "cpu", "budget_seeds") == [1, 2, 3]
+    configs, paths, _ = plan("cpu", preset, tmp_path, [0, 1, 2])
+    seeds_at = {}
+    for cfg in configs:
+        seeds_at.setdefault(int(cfg.train.tokens), set()).add(int(cfg.seed))
+    assert seeds_at == {4000000: {0, 1, 2}, 2000000: {1, 2, 3}}
+    assert len(set(paths)) == len(paths) == 7 * 3 * 2
+    without = OmegaConf.merge(preset, {"budget_seeds": None})
+    assert preset_seeds(without, "cpu", "budget_seeds") == [0, 1, 2]
+    with pytest.raises(Exception, match="budget_seeds must be a list of distinct"):
+        preset_seeds(OmegaConf.merge(preset, {"budget_seeds": [1, 1]}), "cpu", "budget_seeds")
 
 
 @pytest.mark.parametrize("bad", [0, -5, 1.5, "2M", True])
