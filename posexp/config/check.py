@@ -199,10 +199,10 @@ def check_train(t: DictConfig) -> None:
         positive(f"train.{key}", t[key], MAX_TOKENS)
     positive("train.val_tokens", t.val_tokens, MAX_EVAL_TOKENS)
     batch = _check_batch(t)
-    if isinstance(t.warmup_tokens, bool) or not isinstance(t.warmup_tokens, int) or not (
-            0 <= t.warmup_tokens <= MAX_TOKENS):
-        raise UsageError(f"train.warmup_tokens must be an integer in [0, {power(MAX_TOKENS)}], "
-                         f"got {t.warmup_tokens}")
+    if t.warmup_tokens is not None and (isinstance(t.warmup_tokens, bool) or not isinstance(
+            t.warmup_tokens, int) or not 0 <= t.warmup_tokens <= MAX_TOKENS):
+        raise UsageError(f"train.warmup_tokens must be an integer in [0, {power(MAX_TOKENS)}] "
+                         f"or null (100,000 or a tenth of the run), got {t.warmup_tokens}")
     in_range("train.lr", t.lr, 0.0, 1e6, low_open=True)
     in_range("train.min_lr_ratio", t.min_lr_ratio, 0.0, 1.0)
     in_range("train.weight_decay", t.weight_decay, 0.0, 10.0)

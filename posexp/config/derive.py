@@ -23,6 +23,8 @@ if typing.TYPE_CHECKING:
 EVAL_MULTIPLES = (1, 2, 4, 8, 16)
 TASK_MULTIPLES = (1, 1.25, 1.5, 2, 4)
 TASK_MULTIPLES_TEXT = "1, 1.25, 1.5, 2 and 4 x n_max"
+# train.warmup_tokens by default: this many tokens, or a tenth of the run where that is fewer
+WARMUP_TOKENS, WARMUP_SHARE = 100_000, 10
 
 
 def is_task_run(cfg: DictConfig) -> bool:
@@ -68,6 +70,14 @@ def positions_trained(cfg: DictConfig) -> int:
     """How many positions training reads: train.seq_len, or M with train.random_positions=M
     (learned's table gets a row for each)."""
     return cfg.train.get("random_positions") or cfg.train.seq_len
+
+
+def warmup_tokens(cfg: DictConfig) -> int:
+    """train.warmup_tokens as given, or by default WARMUP_TOKENS or a tenth of train.tokens,
+    whichever is fewer: a run of 30,000 tokens would otherwise warm up to its last step and
+    never decay.  Runs of 1M tokens or more warm up for 100,000 as before."""
+    given = cfg.train.get("warmup_tokens")
+    return given if given is not None else min(WARMUP_TOKENS, cfg.train.tokens // WARMUP_SHARE)
 
 
 def original_len(cfg: DictConfig) -> int:
@@ -125,7 +135,7 @@ def encoding_hparams(cfg: DictConfig) -> dict:
 def resolve(cfg: DictConfig, devices: bool = True) -> DictConfig:
     """The config with every derived value filled in -- the one place they are decided:
     eval.lengths (1-16 x seq_len), eval.task_lengths of a task run (1-4 x n_max),
-    model.d_ff (4 x d_model), encoding.max_positions
+    model.d_ff (4 x d_model), train.warmup_tokens (warmup_tokens), encoding.max_positions
     (seq_len), train.batch_size (batch_tokens / seq_len, unless given), and
     train.device_kind (device's) and train.precision (that kind's numerics, NUMERICS).
     Idempotent; ``cfg`` is checked.  ``devices`` false leaves the device's numerics as given
@@ -137,6 +147,7 @@ def resolve(cfg: DictConfig, devices: bool = True) -> DictConfig:
         if is_task_run(cfg) and cfg.get("task") is not None:
             out.eval.task_lengths = task_lengths(cfg)
         out.model.d_ff = cfg.model.d_ff or 4 * cfg.model.d_model
+        out.train.warmup_tokens = warmup_tokens(cfg)
         out.encoding.max_positions = cfg.encoding.max_positions or positions_trained(cfg)
         if cfg.train.get("batch_tokens") is not None:  # absent in configs of older runs
             # the batch in sequences, when given, wins over the default in tokens

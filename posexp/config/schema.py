@@ -155,7 +155,9 @@ class TrainConfig:
     batch_size: int | None = None
     lr: float = 2e-3
     min_lr_ratio: float = 0.1
-    warmup_tokens: int = 100_000
+    # linear warm-up; null: 100,000 tokens or a tenth of train.tokens, whichever is fewer
+    # (derive.warmup_tokens), so that a short run warms up and then decays
+    warmup_tokens: int | None = None
     weight_decay: float = 0.1
     beta1: float = 0.9
     beta2: float = 0.95

@@ -374,3 +374,23 @@ def test_the_cli_exit_of_a_stopped_sweep(tmp_path, monkeypatch):
     assert e.value.exit_code == 143
     assert str(e.value) == ("stopped by SIGTERM: 0 runs checkpointed and marked interrupted, "
                             "2 not started; run the same command again to finish the sweep")
+
+
+@pytest.mark.parametrize(("args", "warmup"), [
+    (["train.tokens=30000"], 3000),  # a tenth of a short run, not 100,000 (#35 item 9)
+    (["train.tokens=4000000"], 100_000),  # the suites' runs warm up as they always did
+    (["train.tokens=30000", "train.warmup_tokens=2048"], 2048),  # given: as given
+    (["train.tokens=30000", "train.warmup_tokens=0"], 0),
+])
+def test_the_default_warm_up_fits_the_run_and_the_learning_rate_decays(args, warmup):
+    from posexp.run.training import Plan, lr_at
+
+    spec = C.RunSpec.of(C.compose(args))
+    t = spec.cfg.train
+    assert t.warmup_tokens == warmup  # config.yaml and the identity hold what trained
+    assert spec.identity["train.warmup_tokens"] == warmup
+    plan = Plan.of(t)
+    rates = [lr_at(s, plan.total_steps, plan.warmup, t.lr, t.min_lr_ratio)
+             for s in range(plan.total_steps)]
+    assert max(rates) == pytest.approx(t.lr, rel=0.05)  # it reaches its peak...
+    assert rates[-1] < 0.2 * t.lr  # ...and decays by the last step
