@@ -1,5 +1,12 @@
 """The errors a user can cause or meet; the CLI (cli.fail) turns each into one line on stderr,
-``posexp: error: <message>``, and its exit code."""
+``posexp: error: <message>``, and its exit code.  A signal a user sends is met here too
+(on_signals): training, scoring and sweeps each turn it into their own stop."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Callable, Iterator
 
 
 class PosexpError(Exception):
@@ -25,6 +32,21 @@ class Stopped(PosexpError):
     ``posexp: stopped by SIGINT ...``; exit status 128 + the signal's number."""
 
     label = ""
+
+
+@contextlib.contextmanager
+def on_signals(handler: Callable[[int, object], None]) -> Iterator[None]:
+    """SIGINT and SIGTERM go to ``handler`` inside; the handlers before are put back after.
+    Outside the main thread signals are left alone."""
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
+            previous[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, handler_before in previous.items():
+            signal.signal(sig, handler_before)
 
 
 def flat(text: str) -> str:

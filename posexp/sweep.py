@@ -30,7 +30,7 @@ from posexp.config import GROUPS, RunSpec, check, compose_overrides, in_identity
 from posexp.config.bounds import MAX_SWEEP_JOBS
 from posexp.config.compose import group_options
 from posexp.config.guards import check_overrides, parse_override
-from posexp.errors import PosexpError, Stopped, UsageError, first_line
+from posexp.errors import PosexpError, Stopped, UsageError, first_line, on_signals
 
 # where the bound on a sweep's jobs can be raised (MAX_SWEEP_JOBS)
 MAX_JOBS_VARIABLE = "POSEXP_SWEEP_MAX_JOBS"
@@ -383,15 +383,10 @@ def stopping() -> Iterator[None]:
     saved = os.environ.get(STOP_FILE)
     os.environ[STOP_FILE] = path  # jobs in this process and in workers started from it
     STOPPED["signum"] = None
-    previous = {}
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
-            previous[sig] = signal.signal(sig, request_stop)
     try:
-        yield
+        with on_signals(request_stop):
+            yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
         with contextlib.suppress(OSError, ValueError, IndexError):
             STOPPED["signum"] = int(Path(path).read_text().split()[0])
         if saved is None:

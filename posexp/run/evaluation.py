@@ -6,7 +6,6 @@ scaling; each scaling's points are written as soon as they are scored."""
 from __future__ import annotations
 
 import contextlib
-import signal
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -17,7 +16,7 @@ import torch
 from posexp import scaling
 from posexp.config import RunSpec
 from posexp.config.schema import EvalMode
-from posexp.errors import PosexpError, UsageError, first_line
+from posexp.errors import PosexpError, UsageError, first_line, on_signals
 from posexp.run.setup import build_model, pick_device
 from posexp.run.training import Interrupted
 from posexp.run.workloads import Wanted, Workload, group, wanted_text, workload_of
@@ -36,15 +35,8 @@ def raising_on_signals(error_of: Callable[[int], BaseException]) -> Iterator[Non
     def stop(signum: int, frame: object) -> None:
         raise error_of(signum)
 
-    previous = {}
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
-            previous[sig] = signal.signal(sig, stop)
-    try:
+    with on_signals(stop):
         yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def signals_interrupt(step: int, advice: str) -> contextlib.AbstractContextManager[None]:

@@ -17,8 +17,7 @@ from posexp.config.guards import parse_override, scaling_sugar
 from posexp.config.identity import SEED_KEYS
 from posexp.config.schema import EvalScalingConfig
 from posexp.errors import PosexpError, UsageError
-from posexp.run.training import state_hash
-from posexp.runs import CONFIG, RUN, Run
+from posexp.runs import CONFIG, RUN, Run, weights_sha256
 from posexp.runs.store import encoding_module
 
 # what a fine-tune may change of its parent's config: how it trains on, not what it is
@@ -60,7 +59,7 @@ def parent_record(path: Path, record: bool = False) -> dict:
             weights = info["weights_sha256"]
         else:
             run.require_checkpoint("posexp finetune")
-            weights = state_hash(run.load_checkpoint()["model"])
+            weights = weights_sha256(run.load_checkpoint()["model"])
     return {"run": str(path.resolve()), "identity": digest(identity),
             "config": digest({k: v for k, v in identity.items() if k not in SEED_KEYS}),
             "weights_sha256": weights,
@@ -75,7 +74,7 @@ def parent_weights(spec: RunSpec) -> dict:
         state = parent.load_checkpoint()
     except PosexpError as e:
         raise PosexpError(f"cannot start the fine-tune from its parent: {e}") from None
-    if state_hash(state["model"]) != cfg.parent.weights_sha256:
+    if weights_sha256(state["model"]) != cfg.parent.weights_sha256:
         raise PosexpError(f"the weights of {parent.path} have changed since this fine-tune was "
                           "set up; run posexp finetune again to fine-tune them as they are")
     return state["model"]

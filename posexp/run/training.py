@@ -6,7 +6,6 @@ and how validation scores comes from the run's workload (workloads.py)."""
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import math
 import os
 import random
@@ -23,10 +22,10 @@ from tqdm.auto import tqdm
 
 from posexp.config import RunSpec
 from posexp.distributed import World, mean
-from posexp.errors import PosexpError, Stopped
+from posexp.errors import PosexpError, Stopped, on_signals
 from posexp.evaluate import autocast
 from posexp.model import GPT
-from posexp.runs import Run
+from posexp.runs import Run, weights_sha256
 from posexp.sinks import Sink
 
 
@@ -140,12 +139,10 @@ class StopSignals:
 
     def __init__(self) -> None:
         self.received: int | None = None
-        self.previous: dict[int, object] = {}
+        self.handling = contextlib.ExitStack()
 
     def __enter__(self) -> StopSignals:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
-                self.previous[sig] = signal.signal(sig, self._handle)
+        self.handling.enter_context(on_signals(self._handle))
         return self
 
     def _handle(self, signum: int, frame: object) -> None:
@@ -154,8 +151,7 @@ class StopSignals:
         self.received = signum
 
     def __exit__(self, *exc: object) -> None:
-        for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
+        self.handling.close()
 
 
 def use_compile(cfg: DictConfig, device: torch.device) -> bool:
@@ -445,15 +441,6 @@ def to_device(x: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 
 def weights_hash(model: GPT) -> str:
-    """SHA-256 over every tensor of the state dict, in order: equal hashes, equal weights."""
-    return state_hash(model.state_dict())
-
-
-def state_hash(state: dict[str, torch.Tensor]) -> str:
-    """weights_hash of a state dict (a checkpoint's "model")."""
-    digest = hashlib.sha256()
-    for name, tensor in state.items():
-        digest.update(name.encode())
-        flat = tensor.detach().cpu().contiguous().reshape(-1)  # a 0-dim tensor has no byte view
-        digest.update(flat.view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
+    """SHA-256 over every tensor of the state dict, in order: equal hashes, equal weights
+    (runs.store.weights_sha256, the hash run.json records)."""
+    return weights_sha256(model.state_dict())

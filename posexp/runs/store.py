@@ -464,8 +464,8 @@ class Run:
 
 def weights_sha256(weights: dict) -> str:
     """SHA-256 over every tensor of a state dict, name and bytes, in order: equal hashes,
-    equal weights.  The hash run.json's weights_sha256 holds; run.training.state_hash
-    computes the same (tests/unit/test_hardening_runs.py holds them equal)."""
+    equal weights: the hash run.json's weights_sha256 holds, of a trained model
+    (run.training.weights_hash), a checkpoint or a fine-tune's parent."""
     import torch  # not at the top: reading runs back (ls, report) never needs it
 
     digest = hashlib.sha256()
