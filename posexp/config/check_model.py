@@ -97,10 +97,13 @@ def check_positions(cfg: DictConfig, encoding: object) -> None:
     """An encoding whose positions stop somewhere (xPos's scale leaves float32 past its
     max_positions) reaches every position training reads: train.seq_len, or M of
     train.random_positions.  ``encoding`` is the module built for this model."""
+    from posexp.encodings import ENCODINGS
+
     limit = getattr(encoding, "max_positions", None)
     needed = positions_trained(cfg)
-    if cfg.encoding.name == "learned" or limit is None or limit >= needed:
-        return  # learned's table is encoding.max_positions, checked in check_encoding
+    spec = ENCODINGS.get(cfg.encoding.name)
+    if (spec is not None and spec.position_table) or limit is None or limit >= needed:
+        return  # a table's rows are encoding.max_positions, checked in check_encoding
     hparams = encoding_hparams(cfg)
     settings = ", ".join(f"encoding.hparams.{k}={v}" for k, v in hparams.items()) or \
         "its defaults"

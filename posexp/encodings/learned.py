@@ -46,7 +46,7 @@ class LearnedConfig:
 register(EncodingSpec(
     name="learned", label="learned", order=1, colour="#E69F00",
     module=LearnedPositions, config=LearnedConfig,
-    extrapolates=False,
+    position_table=True,
     citation="Devlin et al., NAACL 2019 (BERT); Radford et al. 2019 (GPT-2): a trained "
              "table of absolute positions",
 ))

@@ -50,7 +50,9 @@ class EncodingSpec:
     module: type[PositionalEncoding]  # what it can do: its class attributes and methods
     config: type  # frozen dataclass of its hyperparameters, with build(shape) -> module
     reads_positions: bool = True  # False for the control, which has no position signal
-    extrapolates: bool = True  # scores windows longer than it was trained on (learned: no)
+    # a trained table of positions (learned's): encoding.max_positions rows of d_model
+    # parameters, and no position past it -- what the checks and reports read, not its name
+    position_table: bool = False
 
 
 ENCODINGS: dict[str, EncodingSpec] = {}

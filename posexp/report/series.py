@@ -379,10 +379,13 @@ def _count(n: int, digits: int = 2) -> str:
 def _param_difference(s: Series, extra: int) -> str:
     """``s``'s parameters beyond (or short of) the other runs' count, and why where posexp
     knows."""
+    from posexp.encodings import ENCODINGS  # the registry (imports torch: not at start-up)
+
     ident = s.members[0].identity
     rows, width = ident.get("encoding.max_positions"), ident.get("model.d_model")
     vocab = (s.members[0].info.get("corpus") or {}).get("vocab_size")
-    if s.encoding == "learned" and rows and width and rows * width == extra:
+    table = s.encoding in ENCODINGS and ENCODINGS[s.encoding].position_table
+    if table and rows and width and rows * width == extra:
         return f", +{extra:,} for its {rows}x{width} position table"
     if ident.get("model.tie_weights") is False and vocab and width and vocab * width == extra:
         return f", +{extra:,} for its untied {vocab}x{width} output head"

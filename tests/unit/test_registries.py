@@ -38,6 +38,21 @@ def test_every_encoding_has_its_config_and_back():
         assert len(set(values)) == len(values), attribute
 
 
+def test_an_encoding_says_it_has_a_position_table_exactly_when_it_trains_one():
+    """position_table, which the checks and reports read instead of an encoding's name: a
+    parameter of encoding.max_positions rows of d_model."""
+    from posexp.encodings import encoding_config
+    from posexp.encodings.registry import ModelShape
+
+    shape, rows = ModelShape(d_model=32, n_head=2, n_layer=1), 48
+    for name, spec in ENCODINGS.items():
+        fields = {f.name for f in dataclasses.fields(spec.config)}
+        config = encoding_config(name, max_positions=rows if "max_positions" in fields else None)
+        module = config.build(shape)
+        tables = [p for p in module.parameters() if tuple(p.shape) == (rows, shape.d_model)]
+        assert spec.position_table == bool(tables), name
+
+
 def test_every_scaling_method_has_its_formula_and_its_parameters_their_keys():
     assert set(FREQUENCIES) == set(scaling.METHODS)
     assert [f.name for f in dataclasses.fields(ScalingParams)] == [
