@@ -42,6 +42,7 @@ from posexp.config.compose import worded
 from posexp.config.derive import as_list
 from posexp.config.guards import parse_override, refuse_code, scaling_sugar
 from posexp.config.schema import Attention, DataConfig, EvalConfig, EvalMode
+from posexp.data.tasks import PasskeyTask
 from posexp.errors import UsageError
 from posexp.pretrained.rope import LONGROPE, METHODS
 from posexp.values import in_range, listed_once, positive
@@ -53,7 +54,7 @@ CREATE_KEYS = ("data", "eval.", "task", "device", "attention", "results_dir", "e
 EVAL_KEYS = ("eval.", "task", "device", "attention")
 # data settings that are the model's own
 MODEL_DATA = ("data.tokenizer", "data.vocab_size", "data.tokenizer_path")
-TASKS = ("passkey",)
+TASKS = (PasskeyTask.name,)  # what a pretrained run is scored on: passkey, in its own words
 MULTIPLES = (0.25, 0.5, 1, 2, 4)  # default eval.lengths: x the length it was trained at
 TASK_MULTIPLES = (0.5, 1, 2, 4)  # default task.lengths
 

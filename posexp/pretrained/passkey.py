@@ -31,10 +31,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from posexp.data.tasks import binomial_interval
+from posexp.data.tasks import PasskeyTask, binomial_interval
 from posexp.evaluate_tasks import bootstrap_mean
 
-PASSKEY = "passkey"  # the task points' name: the report's passkey figures draw them
+PASSKEY = PasskeyTask.name  # the task points' name, the registry's: its figures draw them
 SOURCE = "Mohtashami & Jaggi 2023 (landmark attention), passkey retrieval"
 INTRO = ("There is an important info hidden inside a lot of irrelevant text. Find it and "
          "memorize them. I will quiz you about the important information there.")

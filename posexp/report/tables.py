@@ -23,7 +23,7 @@ from posexp.report.scalings import scaling_markdown
 from posexp.report.series import config_key, describe
 from posexp.report.tasks import (
     METRICS,
-    PASSKEY,
+    takes_depth,
     task_cell_text,
     task_cells,
     task_groups,
@@ -211,7 +211,7 @@ def terminal_table(report: Report, mode: str = "nonoverlapping") -> str:
         lengths = sorted({length for _, c in cells for length in c})
         tables.append(_plain_table(
             f"{METRICS[metric].name} on {task} (mean over seeds"
-            f"{', and depths' * (task == PASSKEY)})",
+            f"{', and depths' * takes_depth(task)})",
             lengths, [(label, [task_cell_text(c.get(length), interval=False)
                                for length in lengths]) for label, c in cells]))
     return "\n\n".join(tables)

@@ -29,13 +29,13 @@ from posexp.report.style import current
 from posexp.report.tasks import (
     EXACT,
     METRICS,
-    PASSKEY,
     TaskSeries,
     acc,
     instances_text,
     length_text,
     passkey_grid,
     seeds_text,
+    takes_depth,
     task_cells,
     task_groups,
     task_notes,
@@ -105,7 +105,7 @@ def task_figure(series: list[TaskSeries], task: str, metric: str = EXACT):
     label_axes(ax, f"{length_text(task)} (log₂ scale)",
                f"{name} (share of {'instances' if metric == EXACT else 'answer tokens'})")
     caption = interval_caption(shown) + coinciding(lines)
-    if task == PASSKEY:
+    if takes_depth(task):
         caption.append("Passkey: each point is the accuracy averaged over the depths of the "
                        "key (tasks-passkey-heatmap shows each depth).")
     caption += task_notes(ours, cells)
@@ -143,7 +143,7 @@ def passkey_heatmap(series: list[TaskSeries]):
     0 (the key at the start) on top; None when no passkey series has an applicable point."""
     from matplotlib import colormaps, patheffects
 
-    grids = [(s, passkey_grid(s)) for s in series if s.task == PASSKEY]
+    grids = [(s, passkey_grid(s)) for s in series if takes_depth(s.task)]
     drawn = [(s, g) for s, g in grids if np.isfinite(g[2]).any()]
     if not drawn:
         return None

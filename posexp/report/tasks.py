@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from posexp.data.tasks import TASKS
 from posexp.report.curves import NO_INTERVAL, PERCENT, cell_text
 from posexp.report.series import (
     Region,
@@ -34,9 +35,15 @@ from posexp.runs import DAMAGED, EVAL, RunResult, point_scaling
 from posexp.scaling import order as scaling_order
 from posexp.stats import Interval, t_interval
 
+
+def takes_depth(task: str) -> bool:
+    """Whether ``task``'s points are scored at depths too (the task registry's takes_depth:
+    passkey's key is placed at depths of its context)."""
+    return task in TASKS and TASKS[task].takes_depth
+
+
 TASK_MODE = "task"     # a task series' mode, and its region, which holds no meaning there
 NO_REGION: Region = (0, 0)
-PASSKEY = "passkey"
 WILSON = "Wilson over one seed's instances"
 # a task's name in a run's task points: it names the task's figure (tasks-NAME.png), so it
 # is a plain name, as every task of the registry's is (without '-': tasks-passkey-heatmap is
@@ -267,7 +274,7 @@ def instances_text(series: list[TaskSeries]) -> str:
     points = [p for s in series for r in s.members for p in s.task_points(r).values()]
     counts = sorted({p["count"] for p in points})
     seeds = sorted({p["eval_seed"] for p in points})
-    per = "per length and depth" if series[0].task == PASSKEY else "per length"
+    per = "per length and depth" if takes_depth(series[0].task) else "per length"
     return (f"{' or '.join(map(str, counts))} held-out instances {per} (eval seed"
             f"{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))})")
 
@@ -336,7 +343,7 @@ def _task_table(task: str, ours: list[TaskSeries], metric: str) -> list[str]:
     lines = [f"### {task}: {METRICS[metric].name} by {words}", "",
              instances_text(ours) + (". Mean over the depths at each length "
                                      "(tasks-passkey-heatmap shows each depth)."
-                                     if task == PASSKEY else "."), "",
+                                     if takes_depth(task) else "."), "",
              "| " + " | ".join(["encoding", "L_train", *extra, "train ≤", "seeds",
                                 *map(str, lengths)]) + " |",
              "|---|---:|" + "---|" * len(extra) + "---:|" * (2 + len(lengths))]
