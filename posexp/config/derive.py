@@ -147,7 +147,8 @@ def resolve(cfg: DictConfig, devices: bool = True) -> DictConfig:
         if is_task_run(cfg) and cfg.get("task") is not None:
             out.eval.task_lengths = task_lengths(cfg)
         out.model.d_ff = cfg.model.d_ff or 4 * cfg.model.d_model
-        out.train.warmup_tokens = warmup_tokens(cfg)
+        if "warmup_tokens" in cfg.train:  # a pretrained run trains nothing: it has none
+            out.train.warmup_tokens = warmup_tokens(cfg)
         out.encoding.max_positions = cfg.encoding.max_positions or positions_trained(cfg)
         if cfg.train.get("batch_tokens") is not None:  # absent in configs of older runs
             # the batch in sequences, when given, wins over the default in tokens
