@@ -1,11 +1,13 @@
 """RoPE context-extension methods: the one table of their names, parameters and defaults.
 
 Each method changes only RoPE's inverse frequencies (and YaRN its attention temperature);
-its formula lives in ``posexp/encodings/rope_scaling.py`` under the same name.  Everything
-else -- the config schema's parameter keys, the checks of ``eval.rope_scaling`` and
-``encoding.scaling``, the records eval.json holds, labels in tables and figures, help text
--- reads this table.  It imports neither torch nor numpy, so ``posexp ls`` and ``report``
-stay fast.  Adding a method is an entry here and a function there.
+its formula lives in ``posexp/encodings/rope_scaling.py`` under the same name (LongRoPE,
+whose factors a pretrained model supplies, has none).  Everything else -- the config
+schema's parameter keys, the checks of ``eval.rope_scaling`` and ``encoding.scaling``, the
+records eval.json holds, labels in tables and figures, help text, how a pretrained model
+gets it from transformers -- reads this table.  It imports neither torch nor numpy, so
+``posexp ls`` and ``report`` stay fast.  Adding a method is an entry here and a function
+there.
 
 A scaling is written down as a *record* (eval.json's ``rope_scaling``, a fine-tune's
 ``encoding.scaling``): its method, its factor, and the parameters that method reads, in the
@@ -36,6 +38,14 @@ class Method:
     # why a set of parameter values cannot be used (None: they can), given {name: value}
     rule: Callable[[Mapping[str, float]], str | None] | None = None
     follows_window: bool = False  # the frequencies depend on the window length (dynamic NTK)
+    # a pretrained model gets it from transformers as this rope_type (None: as a larger
+    # rope_theta, NTK-aware's formula), which reads L as original_max_position_embeddings
+    # where hf_original_len
+    hf_rope_type: str | None = None
+    hf_original_len: bool = False
+    # the model supplies its per-pair factors (LongRoPE, as Phi-3 does): only a pretrained
+    # model that has them; posexp has no formula of its own (not in COMPUTED)
+    model_factors: bool = False
 
 
 def _yarn_rule(p: Mapping[str, float]) -> str | None:
@@ -52,19 +62,25 @@ def _llama3_rule(p: Mapping[str, float]) -> str | None:
 
 
 METHODS: dict[str, Method] = {m.name: m for m in (
-    Method("linear", "PI", "Chen et al. 2023, Position Interpolation (arXiv:2306.15595)"),
+    Method("linear", "PI", "Chen et al. 2023, Position Interpolation (arXiv:2306.15595)",
+           hf_rope_type="linear"),
     Method("ntk", "NTK-aware", "bloc97 2023, NTK-aware scaled RoPE"),
     Method("dynamic", "dynamic NTK", "emozilla 2023, dynamically scaled RoPE",
-           follows_window=True),
+           follows_window=True, hf_rope_type="dynamic"),
     Method("yarn", "YaRN", "Peng et al., ICLR 2024 (arXiv:2309.00071)",
            (Param("beta_fast", 32.0, "pairs turning more often than this over L keep theta"),
             Param("beta_slow", 1.0, "pairs turning less often than this over L get theta / s")),
-           _yarn_rule),
+           _yarn_rule, hf_rope_type="yarn", hf_original_len=True),
     Method("llama3", "Llama 3", "Meta, Llama 3.1 apply_scaling",
            (Param("low_freq_factor", 1.0, "wavelengths above L / this are interpolated"),
             Param("high_freq_factor", 4.0, "wavelengths below L / this are kept")),
-           _llama3_rule),
+           _llama3_rule, hf_rope_type="llama3", hf_original_len=True),
+    Method("longrope", "LongRoPE", "Ding et al., ICML 2024 (arXiv:2402.13753), with the "
+           "model's own factors", hf_rope_type="longrope", hf_original_len=True,
+           model_factors=True),
 )}
+# the methods posexp computes itself: what a model trained here can be scored or fine-tuned with
+COMPUTED: dict[str, Method] = {n: m for n, m in METHODS.items() if not m.model_factors}
 
 
 def all_params() -> list[Param]:
@@ -73,7 +89,8 @@ def all_params() -> list[Param]:
 
 
 def names() -> str:
-    return ", ".join(METHODS)
+    """The methods a model trained here takes (COMPUTED)."""
+    return ", ".join(COMPUTED)
 
 
 def record(method: str, factor: float, params: Mapping) -> dict:
@@ -124,8 +141,10 @@ class RopeScaling:
     __slots__ = ("factor", "method", "params")
 
     def __init__(self, method: str, factor: float, **params: float) -> None:
-        if method not in METHODS:
-            raise ValueError(f"unknown RoPE scaling {method!r}; available: {names()}")
+        if method not in COMPUTED:
+            raise ValueError(f"unknown RoPE scaling {method!r}; available: {names()}"
+                             + (f" ({method} uses factors only a pretrained model supplies)"
+                                if method in METHODS else ""))
         if not factor >= 1.0:
             raise ValueError(f"RoPE scaling factor must be at least 1, got {factor}")
         spec = METHODS[method]

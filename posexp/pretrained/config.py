@@ -44,7 +44,6 @@ from posexp.config.guards import parse_override, refuse_code, scaling_sugar
 from posexp.config.schema import Attention, DataConfig, EvalConfig, EvalMode
 from posexp.data.tasks import PasskeyTask
 from posexp.errors import UsageError
-from posexp.pretrained.rope import LONGROPE, METHODS
 from posexp.values import in_range, listed_once, positive
 
 # settings posexp pretrained takes (eval takes the evaluation ones); task=passkey and task.*
@@ -267,8 +266,8 @@ def scalings(cfg: DictConfig) -> list[dict | None]:
     for method in methods:
         if method == scaling.PLAIN:
             out.append(None)
-        elif method == LONGROPE:
-            out += [{"method": LONGROPE, "factor": float(f)} for f in factors]
+        elif method in scaling.METHODS and scaling.METHODS[method].model_factors:
+            out += [{"method": method, "factor": float(f)} for f in factors]
         elif method in scaling.METHODS:
             for f in factors:
                 try:
@@ -277,5 +276,5 @@ def scalings(cfg: DictConfig) -> list[dict | None]:
                     raise UsageError(f"eval.rope_scaling: {e}") from None
         else:
             raise UsageError(f"eval.rope_scaling.method must be {scaling.PLAIN} or one of "
-                             f"{', '.join(METHODS)}; got {method!r}")
+                             f"{', '.join(scaling.METHODS)}; got {method!r}")
     return out

@@ -36,8 +36,6 @@ from posexp.pretrained.model import (
     rope_parameters,
 )
 
-LONGROPE = "longrope"  # transformers' LongRoPE: the model supplies its factors (Phi-3)
-METHODS = (*scaling.METHODS, LONGROPE)
 KEEP = ("rope_theta", "partial_rotary_factor")
 
 
@@ -71,25 +69,24 @@ def scaled_config(config, record: dict):
     L = original_length(config)
     keep = {k: params[k] for k in KEEP if k in params}
     new = copy.deepcopy(config)
-    if method == "ntk":
+    m = scaling.METHODS[method]
+    if m.hf_rope_type is None:  # NTK-aware: a larger base, RoPE otherwise as published
         head = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         d = int(head * keep.get("partial_rotary_factor", 1.0))
-        rope = {"rope_type": "default", **keep,
-                "rope_theta": keep["rope_theta"] * s ** (d / (d - 2))}
-    elif method in ("linear", "dynamic"):
-        rope = {"rope_type": method, "factor": s, **keep}
-        if method == "dynamic":  # transformers' dynamic NTK reads L there
-            new.max_position_embeddings = L
-    else:
-        rope = {"rope_type": method, "factor": s, "original_max_position_embeddings": L, **keep,
-                **{k: v for k, v in record.items() if k not in ("method", "factor")}}
-        if method == LONGROPE:
-            if "long_factor" not in params or "short_factor" not in params:
-                raise UsageError("eval.rope_scaling=longrope uses the long_factor and "
-                                 "short_factor the model supplies (as Phi-3 does); this "
-                                 "model's config has none")
-            rope.update(long_factor=params["long_factor"], short_factor=params["short_factor"])
-        new.max_position_embeddings = round(L * s)
+        new.rope_parameters = {"rope_type": "default", **keep,
+                               "rope_theta": keep["rope_theta"] * s ** (d / (d - 2))}
+        return new
+    rope = {"rope_type": m.hf_rope_type, "factor": s,
+            **({"original_max_position_embeddings": L} if m.hf_original_len else {}), **keep,
+            **{k: v for k, v in record.items() if k not in ("method", "factor")}}
+    if m.model_factors:
+        if "long_factor" not in params or "short_factor" not in params:
+            raise UsageError(f"eval.rope_scaling={method} uses the long_factor and "
+                             "short_factor the model supplies (as Phi-3 does); this "
+                             "model's config has none")
+        rope.update(long_factor=params["long_factor"], short_factor=params["short_factor"])
+    # transformers' dynamic NTK reads L there; the others, the length they extend to
+    new.max_position_embeddings = L if m.follows_window else round(L * s)
     new.rope_parameters = rope
     return new
 
