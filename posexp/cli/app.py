@@ -1,7 +1,8 @@
 """The posexp command: its Typer app, the main options, and ``main``, which every invocation
 goes through and which always ends in SystemExit.  The commands live in run_commands.py
-(train, eval, sweep, resume, finetune) and result_commands.py (report, ls, compare,
-reproduce); each is a thin layer over the config, run, report and claims packages."""
+(train, eval, sweep, resume, finetune), result_commands.py (report, ls, compare,
+reproduce) and pretrained_command.py (pretrained); each is a thin layer over the config,
+run, report and claims packages."""
 
 from __future__ import annotations
 
@@ -97,7 +98,6 @@ def main(args: list[str] | None = None) -> NoReturn:
     command) are one line too."""
     click = click_exceptions()
     register()
-    from posexp.cli import pretrained_command  # noqa: F401 -- posexp pretrained; its runs in eval
     command = typer.main.get_command(app)
     try:
         code = command.main(args=args, prog_name="posexp", standalone_mode=False)

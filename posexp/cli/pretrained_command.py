@@ -1,19 +1,14 @@
 """posexp pretrained: a run directory for a Hugging Face causal LM, scored on posexp's
 protocol (posexp/pretrained).  A pretrained run is then a run like any other for ls,
 compare and report; ``posexp eval RUN`` and ``posexp resume RUN`` of one score it through
-posexp.pretrained, and ``posexp finetune`` refuses it.  Those three commands stay as
-run_commands.py defines them: ``route`` wraps each registered callback so that a pretrained
-run's directory goes here and every other goes on to the command as it is.  app.main
-imports this module (its one line of registration)."""
+posexp.pretrained, and ``posexp finetune`` refuses it: those commands (run_commands.py) read
+the run's kind (runs/kind.py) and hand a pretrained run to the functions here."""
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from pathlib import Path
 
 import typer
-import yaml
 
 from posexp.cli.app import EXTRA, app
 from posexp.cli.args import saved_run_args
@@ -23,16 +18,6 @@ from posexp.errors import UsageError
 
 TAKES = ("MODEL, --revision REV, --preset NAME, overrides of data, eval.*, task, device, "
          "attention and where")
-
-
-def is_pretrained_run(path: Path) -> bool:
-    """Whether ``path`` holds a pretrained run: its config.yaml names the model's weights."""
-    try:
-        cfg = yaml.safe_load((Path(path) / "config.yaml").read_text())
-    except (OSError, ValueError, yaml.YAMLError):
-        return False
-    return isinstance(cfg, dict) and isinstance(cfg.get("pretrained"), dict) \
-        and bool(cfg["pretrained"].get("weights_sha256"))
 
 
 @app.command(cls=Command, context_settings=EXTRA,
@@ -120,30 +105,3 @@ def finetune_pretrained(ctx: typer.Context, parent_dir: Path) -> None:
     raise UsageError(f"{parent_dir} is a pretrained model's run: posexp scores pretrained "
                      "models and never trains them (fine-tuning them is out of scope); "
                      "posexp finetune continues a run posexp trained")
-
-
-ROUTES: dict[str, tuple[str, Callable]] = {
-    "eval": ("run_dir", eval_pretrained), "resume": ("run_dir", resume_pretrained),
-    "finetune": ("parent_dir", finetune_pretrained)}
-
-
-def route(callback: Callable, argument: str, handler: Callable) -> Callable:
-    """``callback`` (a command), but a pretrained run's directory goes to ``handler``; the
-    signature, and so the command line and --help, stay the callback's."""
-
-    @functools.wraps(callback)
-    def routed(**params):
-        if params.get(argument) is not None and is_pretrained_run(params[argument]):
-            try:
-                return handler(**params)
-            except BaseException as e:
-                fail(e)
-        return callback(**params)
-
-    return routed
-
-
-for _info in app.registered_commands:
-    _name = _info.name or (_info.callback.__name__ if _info.callback else "")
-    if _name in ROUTES and not hasattr(_info.callback, "__wrapped__"):
-        _info.callback = route(_info.callback, *ROUTES[_name])

@@ -120,6 +120,10 @@ def eval_(
       posexp eval results/default/rope-L64-s0 device=cuda:1 --cfg job
     """
     try:
+        if pretrained_run(run_dir):
+            from posexp.cli.pretrained_command import eval_pretrained
+
+            return eval_pretrained(ctx, run_dir)
         from posexp.run import evaluate_dir
         from posexp.runs import Run
 
@@ -247,6 +251,10 @@ def resume(
       posexp resume results/my-sweep/alibi-L128-s1
     """
     try:
+        if pretrained_run(run_dir):
+            from posexp.cli.pretrained_command import resume_pretrained
+
+            return resume_pretrained(run_dir)
         from posexp.runs import Run
 
         if not (run_dir / "config.yaml").is_file():
@@ -263,6 +271,14 @@ def resume(
         run_config(cfg)
     except BaseException as e:
         fail(e)
+
+
+def pretrained_run(path: Path) -> bool:
+    """Whether ``path`` holds a pretrained run (its kind, runs/kind.py): eval, resume and
+    finetune hand it to pretrained_command.py."""
+    from posexp.runs.kind import PRETRAINED, run_kind
+
+    return run_kind(path) == PRETRAINED
 
 
 def refuse_record(run, needs: str) -> None:
@@ -304,6 +320,10 @@ def finetune(
                       encoding.scaling=linear encoding.scaling.factor=4
     """
     try:
+        if pretrained_run(parent_dir):
+            from posexp.cli.pretrained_command import finetune_pretrained
+
+            return finetune_pretrained(ctx, parent_dir)
         from posexp.run import finetune_config
 
         overrides, show = saved_run_args(ctx.args, "finetune", "PARENT_RUN, overrides")

@@ -53,6 +53,7 @@ from posexp.runs.files import (
     require_regular,
     shorten,
 )
+from posexp.runs.kind import config_kind
 from posexp.runs.points import point_key, point_scaling, region, task_point_key
 from posexp.runs.records import contents_sha256, read_eval
 from posexp.scaling import order as scaling_order
@@ -81,7 +82,8 @@ class Run:
         # config.yaml first: a run.json is never left without the config it belongs to
         atomic_write_text(path / CONFIG, OmegaConf.to_yaml(cfg, resolve=True))
         ident = run.identity()  # as config.yaml holds it: what every later open compares
-        run.write_info({"status": "running", "started_at": now(), "identity": ident,
+        run.write_info({"status": "running", "kind": config_kind(cfg), "started_at": now(),
+                        "identity": ident,
                         "identity_sha256": identity_sha256(ident),
                         "code": code_record(encoding_module(cfg)), "protocol": PROTOCOL})
         for name in (EVAL, CHECKPOINT, METRICS):

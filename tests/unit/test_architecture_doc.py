@@ -19,7 +19,6 @@ import yaml
 from omegaconf import OmegaConf
 
 from posexp import config as C
-from posexp.cli import pretrained_command  # noqa: F401 -- registers posexp pretrained
 from posexp.cli.app import app
 from posexp.cli.args import SHORT, SWITCHES, VALUE_FLAGS
 from posexp.config.schema import Config

@@ -235,6 +235,30 @@ def test_a_run_reads_back_as_any_run(llama_dir, corpus_dir, tmp_path, monkeypatc
     assert Run(r.path).identity()["pretrained.id"] == "tiny-llama"
 
 
+def test_a_run_records_its_kind_and_a_run_written_before_tells_it_by_its_config(
+        llama_dir, corpus_dir, tmp_path, monkeypatch, cache_dir):
+    """run.json's kind, which eval, resume and finetune dispatch on (runs/kind.py); a run of
+    before posexp recorded it is told by its config.yaml."""
+    import json
+
+    from posexp import config as C
+    from posexp.runs.kind import PRETRAINED, TRAINED, run_kind
+    from tests.runs_on_disk import write_run
+
+    monkeypatch.setenv("POSEXP_CACHE", str(cache_dir))
+    pretrained(str(llama_dir), None, base_args(corpus_dir, tmp_path / "out"), progress=False)
+    path = tmp_path / "out" / "default" / "tiny-llama"
+    assert json.loads((path / "run.json").read_text())["kind"] == PRETRAINED
+    info = json.loads((path / "run.json").read_text())
+    del info["kind"]  # as a run of before
+    (path / "run.json").write_text(json.dumps(info))
+    assert run_kind(path) == PRETRAINED
+    assert run_kind(write_run(tmp_path / "before", ["encoding=rope"], [])) == TRAINED
+    created = Run.create(tmp_path / "trained", C.resolve(C.compose(["encoding=rope"])))
+    assert created.info()["kind"] == TRAINED == run_kind(created.path)
+    assert run_kind(tmp_path / "nothing here") == TRAINED  # the command says what is wrong
+
+
 def test_the_gpu_preset_is_a_valid_pretrained_run(llama_dir, tmp_path):
     """configs/pretrained/tinyllama-gpu.yaml (scripts/gpu.sh pretrained): its settings
     compose and pass every check, here on the tiny Llama in its model's place."""
