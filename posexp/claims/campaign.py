@@ -6,6 +6,7 @@ judged.  The time limit itself is posexp/campaign.py's."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -224,14 +225,14 @@ def pending_runs(configs: list[DictConfig], paths: list[Path],
 
 def run_campaign(preset: DictConfig, configs: list[DictConfig], paths: list[Path],
                  tunes: list[tuple[Path, list[str]]], config_dir: str | None,
-                 seconds: float | None, launcher: tuple[str, ...],
+                 seconds: float | None, launcher: tuple[str, ...], train_all: Callable,
                  ) -> tuple[list[Path], dict[Path, str], Campaign, dict]:
-    """Every run of the suite, in this process or through the launcher, within ``seconds``
-    (None: no limit); (every run's directory, the failures, the campaign, the pending runs
-    as pending_runs gives them).  A signal (not the time limit) ends it as it ends a sweep."""
+    """Every run of the suite, in this process (``train_all``, the suite's) or through the
+    launcher, within ``seconds`` (None: no limit); (every run's directory, the failures, the
+    campaign, the pending runs as pending_runs gives them).  A signal (not the time limit)
+    ends it as it ends a sweep."""
     import contextlib
 
-    from posexp.claims.suite import train_all  # suite.py calls this module
     from posexp.sweep import STOPPED, stopped_line, stopping
 
     campaign = Campaign(COMMAND, seconds, paths)

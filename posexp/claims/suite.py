@@ -181,7 +181,7 @@ def reproduce(name: str, results_dir: Path, config_dir: str | None = None,
                          f"({', '.join(map(str, sorted(n_tokens)))}); its claims compare them "
                          "on the same tokens")
     paths, failed, campaign, pending = run_campaign(preset, configs, paths, tunes, config_dir,
-                                                    time_limit, launcher)
+                                                    time_limit, launcher, train_all)
     results = []
     for path in paths:
         r = load_run(path)

@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from posexp.config.identity import identity
 from posexp.config.keys import flatten
+from posexp.runs.files import CONFIG
 
 # keys whose values the config derives from others (derive.resolve): set only when setting
 # the others has not made them agree already
@@ -92,14 +93,12 @@ def _finetune_command(run_dir: Path, cfg: DictConfig) -> str:
     """posexp finetune of the parent, with the training keys that differ from the parent's;
     the parent is looked for beside the run first (records travel between machines, and the
     recorded path is the machine's it was trained on)."""
-    from posexp.runs.store import Run
-
     parent = Path(str(cfg.parent.run))
     if (run_dir.parent / parent.name).is_dir():
         parent = run_dir.parent / parent.name
     want = identity(cfg)
     try:  # its whole config: keys off in its identity (encoding.scaling.*) have values too
-        was = flatten(OmegaConf.to_container(Run(parent).config(), resolve=True))
+        was = flatten(OmegaConf.to_container(OmegaConf.load(parent / CONFIG), resolve=True))
     except Exception:  # the parent is not here, or unreadable: its values are unknown
         was = {}
     keys = [k for k in sorted(want) if k.startswith(("train.", "encoding.scaling.", "seed"))
