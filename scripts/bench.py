@@ -42,7 +42,7 @@ from torch import nn
 
 from posexp.attention import bias_kernel, causal_attention, flash_attn_installed
 from posexp.encodings import ModelShape, build_encoding, in_order, spec_of
-from posexp.evaluate import Scoring, autocast, extrapolation_curve
+from posexp.evaluate.windows import Scoring, autocast, extrapolation_curve
 from posexp.model import GPT, GPTConfig
 from posexp.run.setup import allow_tf32
 from posexp.spans import layout

@@ -166,7 +166,7 @@ def score_curve(model, val, lengths, mode, stride, n_tokens, batch_tokens=32_768
     import numpy as np
     import torch
 
-    from posexp.evaluate import Scoring, extrapolation_curve, scored_spans
+    from posexp.evaluate.windows import Scoring, extrapolation_curve, scored_spans
 
     if spans is None:
         spans = scored_spans(len(val), np.asarray(documents, dtype=np.int64), n_tokens)

@@ -5,7 +5,7 @@ scaling through transformers' own rope settings, and passkey retrieval in its to
 It never trains.
 
 source.py finds and hashes the model's files (offline first); model.py loads it and gives
-posexp/evaluate.py the model interface it calls; rope.py rescales its rotary positions;
+posexp/evaluate/windows.py the model interface it calls; rope.py rescales its rotary positions;
 passkey.py builds and scores passkey instances; config.py is the run's config; scoring.py
 scores what eval.json lacks; lifecycle.py is the run (lock, identity, create, continue).
 transformers (the ``hf`` extra) is imported only when a pretrained model is loaded.

@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from posexp.config import identity, identity_diff
 from posexp.errors import PosexpError, Stopped, UsageError
-from posexp.evaluate import scored_spans
+from posexp.evaluate.windows import scored_spans
 from posexp.pretrained import config as pcfg
 from posexp.pretrained.model import (
     Described,

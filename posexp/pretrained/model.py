@@ -3,7 +3,7 @@
 ``describe`` reads what a run records from config.json alone (its positions, the length it
 was trained at, its shape); ``load`` builds the model -- fp32 on the CPU, bf16 on CUDA,
 attention through SDPA (flash-attn's kernel with attention=flash) -- and ``PretrainedLM``
-gives posexp/evaluate.py what it calls on posexp's own GPT: ``token_losses(inputs,
+gives posexp/evaluate/windows.py what it calls on posexp's own GPT: ``token_losses(inputs,
 targets)``, ``max_positions``, ``eval()``.  Its losses come from the model's own hidden states
 and output layer, chunked over positions so that a 32k-token window never holds
 [batch, window, vocabulary] logits at once.

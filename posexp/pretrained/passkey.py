@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from posexp.data.tasks import PasskeyTask, binomial_interval
-from posexp.evaluate_tasks import bootstrap_mean
+from posexp.evaluate.tasks import bootstrap_mean
 
 PASSKEY = PasskeyTask.name  # the task points' name, the registry's: its figures draw them
 SOURCE = "Mohtashami & Jaggi 2023 (landmark attention), passkey retrieval"

@@ -1,5 +1,5 @@
 """Scoring a pretrained model: the points its config asks for that eval.json lacks -- the
-perplexity curve on posexp's scored spans (posexp/evaluate.py, the protocol every run is
+perplexity curve on posexp's scored spans (posexp/evaluate/windows.py, the protocol every run is
 scored by) and passkey retrieval -- for the model as published and each RoPE scaling, each
 scaling's curve and each passkey point written as soon as scored.
 
@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 from posexp import scaling
 from posexp.data import Corpus, load_corpus
 from posexp.errors import UsageError
-from posexp.evaluate import (
+from posexp.evaluate.windows import (
     Scoring,
     check_val_size,
     count_windows,

@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 from posexp.config import RunSpec
 from posexp.distributed import World, mean
 from posexp.errors import PosexpError, Stopped, on_signals
-from posexp.evaluate import autocast
+from posexp.evaluate.windows import autocast
 from posexp.model import GPT
 from posexp.runs import Run, weights_sha256
 from posexp.sinks import Sink

@@ -1,7 +1,7 @@
 """What a run trains on and is scored by -- its workload.  A corpus run trains on windows of
-a token stream and is scored by perplexity at evaluation lengths (evaluate.py); a task run
+a token stream and is scored by perplexity at evaluation lengths (evaluate/windows.py); a task run
 trains on generated instances of an algorithmic task and is scored by accuracy at task
-lengths (evaluate_tasks.py).  Both answer the same questions for the run's lifecycle
+lengths (evaluate/tasks.py).  Both answer the same questions for the run's lifecycle
 (lifecycle.py, evaluation.py): the data, a training batch, the validation loss, the points
 its config asks for, how to score them and the table to print.
 
@@ -23,7 +23,8 @@ from posexp.config.schema import EvalMode
 from posexp.data import Corpus, load_corpus
 from posexp.data.tasks import PAD, TaskData, heldout, training_batch
 from posexp.errors import UsageError
-from posexp.evaluate import (
+from posexp.evaluate.tasks import answer_loss, task_curve
+from posexp.evaluate.windows import (
     Scoring,
     check_val_size,
     count_windows,
@@ -33,7 +34,6 @@ from posexp.evaluate import (
     span_windows,
     window_stride,
 )
-from posexp.evaluate_tasks import answer_loss, task_curve
 from posexp.model import GPT
 from posexp.run.setup import set_scaling
 from posexp.run.tables import format_curve, format_tasks

@@ -13,7 +13,7 @@ from posexp.data.source import cut_blocks
 from posexp.data.stdlib import stdlib_files
 from posexp.data.text import ENWIK8_SIZE
 from posexp.errors import UsageError
-from posexp.evaluate import scored_spans
+from posexp.evaluate.windows import scored_spans
 from posexp.model import GPT, GPTConfig
 from tests.conftest import score_curve
 from tests.corpora import cache_entries, data_cfg, word_files, write_words

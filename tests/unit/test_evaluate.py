@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from posexp.errors import UsageError
-from posexp.evaluate import (
+from posexp.evaluate.windows import (
     Scoring,
     bucket_edges,
     check_val_size,

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from posexp.encodings.rope_scaling import FREQUENCIES
 from posexp.errors import UsageError
-from posexp.evaluate import Scoring, extrapolation_curve
+from posexp.evaluate.windows import Scoring, extrapolation_curve
 from posexp.pretrained.model import PretrainedLM, describe, hf_config, load
 from posexp.pretrained.rope import Rescaler, rotary_modules
 from posexp.pretrained.source import resolve

@@ -92,7 +92,7 @@ def region_fields(region: Spans | tuple[int, int]) -> dict:
 
 
 def point(mode: str, length: int, ppl: float | None, region=SPANS) -> dict:
-    """A curve point as evaluate.py writes it, without the sums of its documents (no
+    """A curve point as evaluate/windows.py writes it, without the sums of its documents (no
     interval); ppl None: not applicable at that length."""
     loss = None if ppl is None else math.log(ppl)
     bits = None if loss is None else loss / math.log(2)

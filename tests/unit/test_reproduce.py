@@ -1,6 +1,6 @@
 """The claim suite's verdicts, on synthetic run directories whose perplexities are chosen.
 
-Each point holds the summed losses of the documents its spans lie in (as evaluate.py writes
+Each point holds the summed losses of the documents its spans lie in (as evaluate/windows.py writes
 them), so the intervals the verdicts use -- over seeds and documents together, or the
 cluster bootstrap for one seed -- are computed from known numbers.
 """
@@ -89,7 +89,7 @@ def config_text(overrides: tuple[str, ...]) -> str:
 
 
 def point(mode: str, length: int, ppl: float | None, region=REGION, noise=0.0) -> dict:
-    """A curve point as evaluate.py writes it, whose documents' losses are log(ppl) plus the
+    """A curve point as evaluate/windows.py writes it, whose documents' losses are log(ppl) plus the
     text's difficulty (centred, so the point's perplexity is ``ppl``) and ``noise``."""
     p = {"mode": mode, "length": length, "stride": length if mode == NO else length // 2,
          "first_token": None, "spans": region.id, "documents": region.documents,

@@ -45,7 +45,7 @@ def config_text(overrides: tuple[str, ...]) -> str:
 
 def task_point(task: str, length: int, exact: float | None, chance: float = 0.01,
                count: int = COUNT, eval_seed: int = 0) -> dict:
-    """A task point as evaluate_tasks writes it, with ``exact`` (and token accuracy) chosen;
+    """A task point as evaluate/tasks.py writes it, with ``exact`` (and token accuracy) chosen;
     None: n/a."""
     p = {"task": task, "length": length, "depth": None, "count": count,
          "eval_seed": eval_seed, "tokens": 2 * length + 3, "rope_scaling": None,

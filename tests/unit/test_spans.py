@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from posexp.errors import UsageError
-from posexp.evaluate import scored_spans
+from posexp.evaluate.windows import scored_spans
 from posexp.spans import EFFECTIVE_DOCUMENTS, SPAN_TOKENS, Spans, document_targets, layout
 
 # A validation split of 20,000 tokens: every document but the last ends with its one-token

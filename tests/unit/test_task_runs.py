@@ -21,7 +21,7 @@ from posexp.data.tasks import (
 )
 from posexp.encodings import ENCODINGS
 from posexp.errors import UsageError
-from posexp.evaluate_tasks import row_scores, score_instances, summarize, task_curve
+from posexp.evaluate.tasks import row_scores, score_instances, summarize, task_curve
 from posexp.model import GPT, GPTConfig
 from posexp.run.training import fit as fit_spec
 from posexp.run.training import weights_hash

@@ -36,7 +36,7 @@ from posexp.data.tasks import (
     padded,
     token_accuracy,
 )
-from posexp.evaluate import autocast
+from posexp.evaluate.windows import autocast
 from posexp.model import GPT
 
 BATCH_TOKENS = 1 << 16  # input tokens per forward pass (at least one instance)
