@@ -124,7 +124,7 @@ class Campaign:
     def __enter__(self) -> Campaign:
         """At the deadline the stop file is written as a signal would (sweep.request_stop):
         the run going then stops at its next step or batch, checkpointed."""
-        from posexp.sweep import request_stop
+        from posexp.sweep.stop import request_stop
 
         if self.deadline is not None:
             self.timer = threading.Timer(self.left(), request_stop, (signal.SIGTERM,))
@@ -253,7 +253,7 @@ def timed_job(cfg: DictConfig) -> str:
     if its estimate fits in the time left; one stopped at the limit is pending, not a stop
     of the sweep by a signal."""
     from posexp.run.training import Interrupted
-    from posexp.sweep import sweep_job
+    from posexp.sweep.launch import sweep_job
 
     campaign, _ = read_plan(SWEEP)
     path = Path(cfg.results_dir) / cfg.experiment / cfg.run_name

@@ -37,7 +37,7 @@ def _hash_files(files: list[Path], root: Path) -> str:
 # Parts of posexp that compute no number a run records: the command line, reports, claims'
 # verdicts, ls and compare, sweeps' plans and summaries, W&B.  An edit there is not a new
 # code for a run's points (every other module is, a new one too: left out only by name here).
-PRESENTATION = ("cli", "report", "claims", "listing.py", "sinks.py", "sweep.py")
+PRESENTATION = ("cli", "report", "claims", "listing.py", "sinks.py", "sweep")
 
 
 @functools.cache

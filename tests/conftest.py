@@ -38,7 +38,7 @@ def compose_args(args: list[str], command: str = "train"):
 
 def plan_sweep(args: list[str]):
     """The jobs ``posexp sweep ARGS`` would run, composed and checked (posexp.sweep.plan)."""
-    from posexp.sweep import plan
+    from posexp.sweep.plan import plan
 
     a = parse_args(list(args), "sweep")
     return plan(a.overrides, a.config_dir, a.config_name, devices="--cfg" not in a.flags)

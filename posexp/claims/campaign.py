@@ -92,7 +92,8 @@ def launch(jobs: list[dict], launcher: list[str], config_dir: str | None, folder
     in ``folder`` (beside the runs, which a cluster's nodes see too)."""
     from posexp.cli.app import hydra_main
     from posexp.config import compose_overrides
-    from posexp.sweep import check_launcher, stop_overrides
+    from posexp.sweep.plan import check_launcher
+    from posexp.sweep.stop import stop_overrides
 
     if not jobs:
         return
@@ -117,7 +118,7 @@ def campaign_job(cfg: DictConfig) -> str:
     from posexp.config import apply_overrides
     from posexp.run import finetune_config
     from posexp.run.restore import lacks_points, restore_weights
-    from posexp.sweep import sweep_job
+    from posexp.sweep.launch import sweep_job
 
     campaign, plan = read_plan(COMMAND)
     job = plan["jobs"][int(cfg.campaign_job)]
@@ -233,7 +234,8 @@ def run_campaign(preset: DictConfig, configs: list[DictConfig], paths: list[Path
     ends it as it ends a sweep."""
     import contextlib
 
-    from posexp.sweep import STOPPED, stopped_line, stopping
+    from posexp.sweep.launch import stopped_line
+    from posexp.sweep.stop import STOPPED, stopping
 
     campaign = Campaign(COMMAND, seconds, paths)
     # the basic launcher runs one job after another in this process: what train_all does

@@ -174,7 +174,7 @@ def sweep(ctx: typer.Context) -> None:
         if "--info" in a.flags or "--hydra-help" in a.flags:  # composed by Hydra, run nothing
             sweep_info(a)
             return
-        from posexp.sweep import plan
+        from posexp.sweep.plan import plan
 
         with showing("--cfg" in a.flags):
             jobs, extra = plan(a.overrides, a.config_dir, a.config_name,
@@ -190,14 +190,9 @@ def sweep(ctx: typer.Context) -> None:
 def launch_sweep(a: Args, jobs: list, extra: list[str], seconds: float | None) -> None:
     """The planned jobs through Hydra's launcher, within ``seconds`` where given; then the
     summary."""
-    from posexp.sweep import (
-        is_glob,
-        launcher_overrides,
-        stop_overrides,
-        stopping,
-        summarize,
-        sweep_job,
-    )
+    from posexp.sweep.launch import summarize, sweep_job
+    from posexp.sweep.plan import is_glob, launcher_overrides
+    from posexp.sweep.stop import stop_overrides, stopping
 
     typer.echo(f"posexp sweep: {len(jobs)} runs", err=True)
     # globs go to Hydra spelled out (in extra): exactly the options planned; every override

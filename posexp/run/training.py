@@ -116,7 +116,7 @@ def set_rng_state(state: dict) -> None:
 
 # The file a sweep's parent writes its signal's number into when it is stopped (SIGINT,
 # SIGTERM): every job of the sweep, in whichever process the launcher runs it, reads it
-# between steps and batches and stops as if the signal were its own (posexp/sweep.py).
+# between steps and batches and stops as if the signal were its own (posexp/sweep/stop.py).
 STOP_FILE = "POSEXP_STOP_FILE"
 
 

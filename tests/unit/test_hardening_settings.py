@@ -234,7 +234,7 @@ def test_the_sweep_caps_joblib_workers_at_its_jobs():
 
 
 def test_planning_a_large_sweep_says_how_far_it_is(monkeypatch, capsys):
-    from posexp.sweep import Planning
+    from posexp.sweep.plan import Planning
 
     monkeypatch.setenv("POSEXP_PROGRESS_SECONDS", "0")
     planning = Planning(3)
@@ -299,7 +299,7 @@ def test_progress_is_plain_lines_where_stderr_is_not_a_terminal(monkeypatch, cap
 
 def test_a_stop_file_is_handed_to_this_process_handler(monkeypatch, tmp_path):
     from posexp.run.training import STOP_FILE, Progress, stop_requested
-    from posexp.sweep import request_stop
+    from posexp.sweep.stop import request_stop
 
     monkeypatch.setenv(STOP_FILE, str(tmp_path / "stop"))
     assert stop_requested() is None
@@ -364,13 +364,13 @@ def test_unread_keys_are_found_from_the_registries():
 
 def test_the_cli_exit_of_a_stopped_sweep(tmp_path, monkeypatch):
     """summarize ends a stopped sweep with one Stopped line: 128 + the signal."""
-    from posexp import sweep
+    from posexp.sweep import launch, stop
 
     C.register()
     cfgs = [compose_args([*TINY, f"seed={s}", f"results_dir={tmp_path}"]) for s in (0, 1)]
-    monkeypatch.setitem(sweep.STOPPED, "signum", int(signal.SIGTERM))
+    monkeypatch.setitem(stop.STOPPED, "signum", int(signal.SIGTERM))
     with pytest.raises(Exception) as e:
-        sweep.summarize(cfgs)
+        launch.summarize(cfgs)
     assert e.value.exit_code == 143
     assert str(e.value) == ("stopped by SIGTERM: 0 runs checkpointed and marked interrupted, "
                             "2 not started; run the same command again to finish the sweep")

@@ -34,7 +34,7 @@ from posexp.report.style import ROLES, TRAINED, ramp
 from posexp.report.tables import CSV_COLUMNS
 from posexp.runs import load_run, load_runs
 from posexp.spans import Spans
-from posexp.sweep import summarize
+from posexp.sweep.launch import summarize
 from tests.conftest import compose_args as compose
 from tests.reports import (
     extrapolation_figure,

@@ -4,7 +4,7 @@ import os
 import re
 import sys
 
-from posexp.sweep import Lines, whole_lines
+from posexp.sweep.lines import Lines, whole_lines
 
 
 def test_lines_writes_each_whole_line_once_with_its_prefix(monkeypatch):
@@ -74,7 +74,7 @@ def test_a_sweep_presets_pinned_budget_names_its_runs_as_the_suites_do():
     and encodings presets name theirs, so the suites reuse the sweep's runs and never mix a
     2M run with a 4M one in one directory."""
     from posexp.config import register
-    from posexp.sweep import plan, run_name_override
+    from posexp.sweep.plan import plan, run_name_override
 
     jobs = [["encoding=rope", f"train.lr={lr}", "seed=0", "train.tokens=2000000"]
             for lr in (0.002, 0.004)]

@@ -1,26 +1,15 @@
-"""Sweeps: encodings x training lengths x seeds through Hydra's multirun.
-
-Hydra's sweeper expands the grid and its launcher plugins run the jobs (sequential, joblib,
-submitit).  posexp adds three things around them: every job of the grid is composed and
-checked before the first one starts (``plan``); each job is a run (run/lifecycle.py), which
-skips a run directory that already holds a completed run of the same identity and resumes an
-unfinished one, so a sweep run again finishes only what is missing; and a failed job is
-recorded and reported without stopping the others.
-"""
+"""A sweep planned before anything trains: the grid Hydra's sweeper would expand, every job
+composed and checked (``plan``), each named by the keys it sweeps; a large plan says how far
+it has got every 30 s."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import itertools
 import math
 import os
-import shutil
-import signal
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,11 +19,9 @@ from posexp.config import GROUPS, RunSpec, check, compose_overrides, in_identity
 from posexp.config.bounds import MAX_SWEEP_JOBS
 from posexp.config.compose import group_options
 from posexp.config.guards import check_overrides, parse_override
-from posexp.errors import PosexpError, Stopped, UsageError, first_line, on_signals
+from posexp.errors import PosexpError, UsageError
 
-# where the bound on a sweep's jobs can be raised (MAX_SWEEP_JOBS)
 MAX_JOBS_VARIABLE = "POSEXP_SWEEP_MAX_JOBS"
-STOP_FILE = "POSEXP_STOP_FILE"  # posexp.run.training.STOP_FILE, without importing torch
 
 
 def grid(overrides: list[str], preset_params: dict[str, str],
@@ -281,213 +268,3 @@ def _job(overrides: list[str], run_name: list[str], config_dir: str | None,
     except PosexpError as e:
         raise UsageError(f"{' '.join(overrides)}: {e}") from None
     return Job(overrides, cfg, hydra_node)
-
-
-def worker_threads(launcher: DictConfig) -> int | None:
-    """Torch threads per job so that parallel jobs share the cores instead of fighting over
-    them (two 2-thread jobs on 2 cores run several times slower than one after the other)."""
-    target = str(launcher.get("_target_", ""))
-    cores = os.cpu_count() or 1
-    if "joblib" in target:
-        n_jobs = int(launcher.get("n_jobs") or -1)
-        n_jobs = n_jobs if n_jobs > 0 else max(1, cores + 1 + n_jobs)
-        return max(1, cores // n_jobs)
-    if "submitit" in target and launcher.get("cpus_per_task"):
-        return int(launcher.cpus_per_task)
-    return None
-
-
-class Lines(io.TextIOBase):
-    """A text stream that writes only whole lines, each with its prefix and in one write
-    call, so that the lines of jobs running at once on one terminal or log never run
-    together (a pipe keeps a write of up to 4096 bytes in one piece).  What follows the last
-    newline waits for the rest of its line, or for ``close``."""
-
-    def __init__(self, fd: int, prefix: str) -> None:
-        super().__init__()
-        self.fd, self.prefix, self.pending = fd, prefix, ""
-
-    @property
-    def encoding(self) -> str:
-        return "utf-8"
-
-    def writable(self) -> bool:
-        return True
-
-    def isatty(self) -> bool:
-        return False  # progress bars stay off: their redrawn lines are not whole lines
-
-    def fileno(self) -> int:
-        return self.fd
-
-    def write(self, text: str) -> int:
-        *lines, self.pending = (self.pending + text).split("\n")
-        for line in lines:
-            self._write_all(f"{self.prefix + line if line else self.prefix.rstrip()}\n"
-                            .encode())
-        return len(text)
-
-    def _write_all(self, data: bytes) -> None:
-        while data:
-            data = data[os.write(self.fd, data):]
-
-    def close(self) -> None:
-        if self.pending:
-            self.write("\n")
-        super().close()
-
-
-@contextlib.contextmanager
-def whole_lines(prefix: str) -> Iterator[None]:
-    """stdout and stderr of this process as Lines with ``prefix``, until the block ends."""
-    saved = sys.stdout, sys.stderr
-    for stream in saved:
-        stream.flush()
-    out, err = Lines(saved[0].fileno(), prefix), Lines(saved[1].fileno(), prefix)
-    sys.stdout, sys.stderr = out, err
-    try:
-        yield
-    finally:
-        sys.stdout, sys.stderr = saved
-        out.close()
-        err.close()
-
-
-def request_stop(signum: int, frame: object = None) -> None:
-    """SIGINT/SIGTERM in a sweep's parent, or in one of its job processes outside training
-    and evaluation (which have handlers of their own): the stop file says so to every job,
-    which stops at its next step or batch, checkpointed; jobs not started yet do not start.
-    A second signal counts too (the file keeps the first signal's number)."""
-    path = os.environ.get(STOP_FILE)
-    if not path:
-        return
-    with contextlib.suppress(OSError):
-        first = Path(path).read_text().split()[0] if os.path.exists(path) else str(signum)
-        Path(f"{path}.tmp{os.getpid()}").write_text(f"{first}\n")
-        os.replace(f"{path}.tmp{os.getpid()}", path)
-
-
-# The stop a sweep ended with, read by summarize: the signal's number, once one came.
-STOPPED: dict[str, int | None] = {"signum": None}
-
-
-@contextlib.contextmanager
-def stopping() -> Iterator[None]:
-    """Around the launch of a sweep's jobs in its parent: SIGINT/SIGTERM (a user, timeout,
-    Slurm) write the stop file every job reads, wherever the launcher runs it (this
-    process, joblib's workers, submitit's), instead of ending the parent alone and leaving
-    the workers to train on, orphaned.  The parent waits for them to checkpoint, and
-    summarize ends the command with one line and 128 + the signal's number."""
-    folder = tempfile.mkdtemp(prefix="posexp-sweep-")
-    path = os.path.join(folder, "stop")
-    saved = os.environ.get(STOP_FILE)
-    os.environ[STOP_FILE] = path  # jobs in this process and in workers started from it
-    STOPPED["signum"] = None
-    try:
-        with on_signals(request_stop):
-            yield
-    finally:
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            STOPPED["signum"] = int(Path(path).read_text().split()[0])
-        if saved is None:
-            os.environ.pop(STOP_FILE, None)
-        else:
-            os.environ[STOP_FILE] = saved
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def stop_overrides() -> list[str]:
-    """The override that gives every job the stop file (Hydra sets it in each job's
-    environment, also in a pool of workers started before this sweep)."""
-    path = os.environ.get(STOP_FILE)
-    return [f"+hydra.job.env_set.{STOP_FILE}={path}"] if path else []
-
-
-def sweep_job(cfg: DictConfig) -> str:
-    """One job of a sweep, run by Hydra's launcher; returns the run's status.  Under a
-    parallel launcher every line the job prints is whole and starts with its run name, and
-    progress is a plain line every 30 s.  A job stopped by a signal (its own, or its
-    parent's through the stop file) is checkpointed and marked interrupted: one after
-    another, the sweep ends there; in parallel, the job reports it and the parent says
-    so once all have; a job not started by then does not start."""
-    import torch
-    from hydra.core.hydra_config import HydraConfig
-
-    from posexp.run import run
-    from posexp.run.training import Interrupted, stop_requested
-
-    name = f"{cfg.experiment}/{cfg.run_name}"
-    launcher = HydraConfig.get().launcher
-    threads = worker_threads(launcher)
-    if threads:
-        torch.set_num_threads(threads)
-    sequential = "BasicLauncher" in str(launcher.get("_target_", ""))
-    if not sequential:  # a worker: a signal between jobs stops the sweep, and not the worker
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(ValueError):
-                signal.signal(sig, request_stop)
-    if stop_requested() is not None:
-        return "not started"
-    with contextlib.nullcontext() if sequential else whole_lines(f"[{cfg.run_name}] "):
-        try:
-            check(cfg)
-            return run(RunSpec.of(cfg), progress=True, group=cfg.experiment)
-        except (Interrupted, KeyboardInterrupt):
-            if sequential:
-                raise  # a signal stops the whole sweep; its run is checkpointed
-            request_stop(signal.SIGTERM)  # its own signal: the other jobs stop too
-            return "interrupted"
-        except Exception as e:  # one failed job must not stop the sweep
-            print(f"posexp sweep: {name}: failed: {first_line(e)}", file=sys.stderr)
-            return "failed"
-
-
-def summarize(jobs: list[DictConfig]) -> None:
-    """Print the sweep's table and write summary.md / summary.csv next to its runs; a job
-    that did not complete, or whose run cannot be read, is listed with the reason, and makes
-    the exit status 1."""
-    from posexp.report import Report, terminal_table, write_tables
-    from posexp.runs import MISSING, RunResult, load_run, split_runs
-
-    if STOPPED["signum"] is not None:
-        raise stopped_line(jobs, STOPPED["signum"])
-    by_experiment: dict[Path, list[RunResult]] = {}
-    for cfg in jobs:
-        root = Path(cfg.results_dir) / cfg.experiment
-        path = root / cfg.run_name
-        result = load_run(path)
-        if result.status == MISSING:  # the job failed before its directory held a run
-            result = RunResult(path, {"status": "not started",
-                                      "reason": "failed before training; see messages above"})
-        by_experiment.setdefault(root, []).append(result)
-    failed = []
-    for root, results in by_experiment.items():
-        report = Report.of(*split_runs(results))
-        files = write_tables(report, root, f"posexp sweep: {root}")
-        print(terminal_table(report) if report.runs else "no run completed")
-        for r in report.not_done:
-            print(f"  not completed: {r.path} ({r.status}: {r.reason})")
-        print(f"tables: {', '.join(str(f) for f in files)}")
-        failed += report.not_done
-    if failed:
-        raise PosexpError(f"{len(failed)} of {len(jobs)} runs did not complete")
-
-
-def stopped_line(jobs: list[DictConfig], signum: int) -> Stopped:
-    """The one line a stopped sweep ends with: how many runs were checkpointed and marked
-    interrupted, how many completed and how many never started; exit 128 + signum."""
-    from posexp.runs import load_run
-
-    statuses = [load_run(Path(c.results_dir) / c.experiment / c.run_name).status
-                for c in jobs]
-    counts = {s: statuses.count(s) for s in dict.fromkeys(statuses)}
-    interrupted = counts.pop("interrupted", 0)
-    parts = [f"{interrupted} run{'s' * (interrupted != 1)} checkpointed and marked "
-             "interrupted"] + [f"{n} {status}" for status, n in counts.items()
-                               if status != "missing"]
-    if counts.get("missing"):
-        parts.append(f"{counts['missing']} not started")
-    error = Stopped(f"stopped by {signal.Signals(signum).name}: {', '.join(parts)}; run the "
-                    "same command again to finish the sweep")
-    error.exit_code = 128 + signum
-    return error
