@@ -26,14 +26,24 @@ def run_kind(path: Path) -> str:
     """The kind of the run in ``path`` as run.json records it, else as its config.yaml tells
     (runs written before run.json said); trained where neither can be read -- the command then
     meets the damage itself and says what it is."""
+    return _recorded(Path(path) / RUN) or _told(Path(path) / CONFIG)
+
+
+def _recorded(file: Path) -> str | None:
+    if not file.is_file():  # a FIFO would block the read; missing: the command says so
+        return None
     try:
-        recorded = json.loads((Path(path) / RUN).read_text()).get("kind")
+        recorded = json.loads(file.read_text()).get("kind")
     except (OSError, ValueError, AttributeError, RecursionError):
-        recorded = None
-    if recorded in (TRAINED, PRETRAINED):
-        return recorded
+        return None
+    return recorded if recorded in (TRAINED, PRETRAINED) else None
+
+
+def _told(file: Path) -> str:
+    if not file.is_file():
+        return TRAINED
     try:
-        cfg = yaml.safe_load((Path(path) / CONFIG).read_text())
+        cfg = yaml.safe_load(file.read_text())
     except (OSError, ValueError, yaml.YAMLError, RecursionError):
         return TRAINED
     named = isinstance(cfg, dict) and isinstance(cfg.get("pretrained"), dict) \
