@@ -212,12 +212,23 @@ def kernel_agreement(device: torch.device, encodings: list[str], kernels: list[s
                        for _ in range(3))
             reference = causal_attention(q, k, v, bias, kernel="sdpa")
             for kernel in (k for k in kernels if k in bias.bias_kernels):
-                out = causal_attention(q.to(dtype), k.to(dtype), v.to(dtype), bias,
-                                       kernel=kernel)
-                rows.append({"encoding": encoding, "kernel": kernel, "length": length,
-                             "dtype": str(dtype),
-                             "max_abs_diff": (out.float() - reference).abs().max().item()})
+                row = {"encoding": encoding, "kernel": kernel, "length": length,
+                       "dtype": str(dtype)}
+                try:
+                    out = causal_attention(q.to(dtype), k.to(dtype), v.to(dtype), bias,
+                                           kernel=kernel)
+                    row["max_abs_diff"] = (out.float() - reference).abs().max().item()
+                except Exception as e:  # a kernel this GPU cannot build
+                    row["error"] = failure(e)  # (an H200: flex for a bias, out of resource)
+                rows.append(row)
     return rows
+
+
+def failure(e: BaseException) -> str:
+    """An exception as the bench's table shows it: its type and the last line of its
+    message (Inductor's errors end with what Triton said)."""
+    lines = [line for line in str(e).splitlines() if line.strip()]
+    return f"{type(e).__name__}: {lines[-1] if lines else ''}"[:300]
 
 
 def speed_ratios(rows: list[dict], reference: str = "alibi") -> list[str]:
@@ -238,7 +249,7 @@ def speed_ratios(rows: list[dict], reference: str = "alibi") -> list[str]:
 
 def markdown(result: dict) -> str:
     s = result["setup"]
-    evals = result["rows"][0]["eval"]
+    evals = result["rows"][0]["eval"] if result["rows"] else []
     curves = bool(s["curve_points"])  # a column only when the bench scored a curve
     lines = [f"# posexp benchmark — {s['device_name']}, {s['date']}", "",
              f"torch {s['torch']}, python {s['python']}; d_model {s['d_model']}, "
@@ -270,7 +281,10 @@ def markdown(result: dict) -> str:
               "", "| encoding | kernel | length | dtype | max abs diff |",
               "|---|---|---:|---|---:|"]
     lines += [f"| {a['encoding']} | {a['kernel']} | {a['length']} | {a['dtype']} | "
-              f"{a['max_abs_diff']:.2e} |" for a in result["kernel_agreement"]]
+              + (f"{a['max_abs_diff']:.2e} |" if "error" not in a else f"failed: {a['error']} |")
+              for a in result["kernel_agreement"]]
+    lines += [f"\nFailed: {f['encoding']} on {f['attention']}: {f['error']}"
+              for f in result.get("failed", [])]
     if s["device"] == "cpu":
         lines += ["", "On CPU, peak GiB is the process's peak resident set so far (it only "
                   "grows), not a per-measurement figure."]
@@ -332,6 +346,7 @@ class Bench:
                                 f"{self.now:%Y%m%d}")
         self.rows: list[dict] = []
         self.agreement: list[dict] = []
+        self.failed: list[dict] = []  # kernels that did not run here, with why
 
     def setup(self, complete: bool) -> dict:
         args, device = self.args, self.device
@@ -357,7 +372,7 @@ class Bench:
             for t in row["train"].values():
                 t["mfu"] = t["model_tflops"] * 1e12 / self.peak
         result = {"setup": self.setup(complete), "rows": self.rows,
-                  "kernel_agreement": self.agreement}
+                  "kernel_agreement": self.agreement, "failed": self.failed}
         self.args.out.mkdir(parents=True, exist_ok=True)
         self.stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
         self.stem.with_suffix(".md").write_text(markdown(result))
@@ -396,8 +411,14 @@ class Bench:
             # SDPA's own causal kernel without one
             kernel = (bias_kernel(kernel, torch.empty(0, device=device, dtype=dtype), 0.0,
                                   model.encoding) if has else "sdpa")
-            self.measure(model, flops, {"model": "posexp", "encoding": encoding,
-                                        "attention": kernel})
+            try:
+                self.measure(model, flops, {"model": "posexp", "encoding": encoding,
+                                            "attention": kernel})
+            except Exception as e:  # one kernel's failure: the others go on
+                self.failed.append({"encoding": encoding, "attention": kernel,
+                                    "error": failure(e)})
+                print(f"posexp {encoding} {kernel}: failed: {failure(e)}", file=sys.stderr)
+                self.write(complete=False)
         if args.xtransformers and encoding in XT_ENCODINGS:
             torch.manual_seed(0)
             xt = XTransformersLM(encoding, args, max(self.lengths)).to(device)
