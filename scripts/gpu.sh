@@ -34,8 +34,12 @@ mkdir -p "$out"
 if [ -d .whl ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target /tmp/site .whl/*.whl
-    export PYTHONPATH=/tmp/site:$PWD
 fi
+# posexp installed, not read from the tree: the wheel maps configs/ to posexp.configs, which
+# the source tree does not have; PYTHONSAFEPATH keeps ./posexp off the path of `python3 -m`
+python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile \
+    --target /tmp/site .
+export PYTHONPATH=/tmp/site PYTHONSAFEPATH=1
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
 case "${1:-}" in
