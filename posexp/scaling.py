@@ -44,7 +44,7 @@ class Method:
     hf_rope_type: str | None = None
     hf_original_len: bool = False
     # the model supplies its per-pair factors (LongRoPE, as Phi-3 does): only a pretrained
-    # model that has them; posexp has no formula of its own (not in COMPUTED)
+    # model that has them; posexp has no formula of its own (not among computed())
     model_factors: bool = False
 
 
@@ -79,8 +79,6 @@ METHODS: dict[str, Method] = {m.name: m for m in (
            "model's own factors", hf_rope_type="longrope", hf_original_len=True,
            model_factors=True),
 )}
-# the methods posexp computes itself: what a model trained here can be scored or fine-tuned with
-COMPUTED: dict[str, Method] = {n: m for n, m in METHODS.items() if not m.model_factors}
 
 
 def all_params() -> list[Param]:
@@ -88,9 +86,15 @@ def all_params() -> list[Param]:
     return list({p.name: p for m in METHODS.values() for p in m.params}.values())
 
 
+def computed() -> dict[str, Method]:
+    """The methods posexp computes itself: what a model trained here can be scored or
+    fine-tuned with (read from the table each time: an entry added later counts)."""
+    return {n: m for n, m in METHODS.items() if not m.model_factors}
+
+
 def names() -> str:
-    """The methods a model trained here takes (COMPUTED)."""
-    return ", ".join(COMPUTED)
+    """The methods a model trained here takes (computed())."""
+    return ", ".join(computed())
 
 
 def record(method: str, factor: float, params: Mapping) -> dict:
@@ -141,7 +145,7 @@ class RopeScaling:
     __slots__ = ("factor", "method", "params")
 
     def __init__(self, method: str, factor: float, **params: float) -> None:
-        if method not in COMPUTED:
+        if method not in computed():
             raise ValueError(f"unknown RoPE scaling {method!r}; available: {names()}"
                              + (f" ({method} uses factors only a pretrained model supplies)"
                                 if method in METHODS else ""))

@@ -73,7 +73,7 @@ def check_train_scaling(cfg: DictConfig, fine_tune: bool) -> None:
             raise UsageError("encoding.scaling.factor is set but encoding.scaling.method is "
                              f"not; add encoding.scaling=METHOD ({scaling.names()})")
         return
-    if not isinstance(node.method, str) or node.method not in scaling.COMPUTED:
+    if not isinstance(node.method, str) or node.method not in scaling.computed():
         raise UsageError(f"encoding.scaling.method must be one of {scaling.names()}, "
                          f"got {node.method!r}")
     _needs_rope("encoding.scaling", "", cfg.encoding.name)
@@ -98,7 +98,7 @@ def check_eval_scaling(cfg: DictConfig) -> None:
                              f"{key}=METHOD ({scaling.names()})")
         return
     methods, factors = as_list(node.method), as_list(node.factor)
-    known = (scaling.PLAIN, *scaling.COMPUTED)
+    known = (scaling.PLAIN, *scaling.computed())
     for name, values in (("method", methods), ("factor", factors)):
         if not values:
             raise UsageError(f"{key}.{name} is an empty list")

@@ -55,7 +55,7 @@ def test_an_encoding_says_it_has_a_position_table_exactly_when_it_trains_one():
 
 
 def test_every_scaling_method_has_its_formula_and_its_parameters_their_keys():
-    assert set(FREQUENCIES) == set(scaling.COMPUTED)  # LongRoPE: the model's own factors
+    assert set(FREQUENCIES) == set(scaling.computed())  # LongRoPE: the model's own factors
     assert [f.name for f in dataclasses.fields(ScalingParams)] == [
         p.name for p in scaling.all_params()]
     for method in scaling.METHODS.values():  # a pretrained model gets each from transformers,
@@ -64,7 +64,7 @@ def test_every_scaling_method_has_its_formula_and_its_parameters_their_keys():
         if method.model_factors:  # never for a model trained here: nothing to compute it from
             with pytest.raises(ValueError, match="factors only a pretrained model supplies"):
                 scaling.RopeScaling(method.name, 2.0)
-    for method in scaling.COMPUTED.values():
+    for method in scaling.computed().values():
         defaults = {p.name: p.default for p in method.params}
         assert method.rule is None or method.rule(defaults) is None, method.name
         assert scaling.RopeScaling(method.name, 2.0).params == defaults

@@ -42,7 +42,7 @@ def test_registry_metadata():
     assert len({s.colour.lower() for s in specs}) == len(ENCODINGS)
     assert all(s.citation for s in specs)
     assert [s.name for s in specs if not s.reads_positions] == ["nope"]
-    assert [s.name for s in specs if not s.extrapolates] == ["learned"]
+    assert [s.name for s in specs if s.position_table] == ["learned"]
     for name, spec in ENCODINGS.items():
         built = encoding_config(name, max_positions=16).build(SHAPE)
         assert type(built) is spec.module
