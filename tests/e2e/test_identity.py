@@ -132,6 +132,10 @@ def test_one_writer_per_run_and_a_killed_holder_never_blocks(posexp_here, cache_
     proc = start(cache_dir, tmp_path, "train", *LONG)
     try:
         wait_for_step(proc, run, 8)
+        while not (run / "checkpoint.pt").exists():
+            assert proc.poll() is None
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGSTOP)  # it holds the run, and cannot finish meanwhile
         for args in (["train", *LONG], ["train", *LONG, "train.lr=0.001"],
                      ["resume", str(run)], ["eval", str(run)]):
             r = posexp_here(*args)
