@@ -214,15 +214,15 @@ class Campaign:
 PLAN_VARIABLE = "POSEXP_CAMPAIGN_PLAN"  # where a launched job finds its campaign's plan
 
 
-def write_plan(campaign: Campaign, folder: Path, **extra: object) -> tuple[Path, list[str]]:
-    """The campaign's deadline and runs (and ``extra``) in a file in ``folder``, beside the
+def write_plan(campaign: Campaign, folder: Path) -> tuple[Path, list[str]]:
+    """The campaign's deadline and runs in a file in ``folder``, beside the
     runs, which a cluster's nodes see too; and the override that hands it to every job."""
     from posexp.runs import atomic_write_json
 
     folder.mkdir(parents=True, exist_ok=True)
     plan = folder / f"plan-{os.getpid()}.json"
     atomic_write_json(plan, {"deadline": campaign.deadline,
-                             "paths": [str(p) for p in campaign.paths], **extra})
+                             "paths": [str(p) for p in campaign.paths]})
     return plan, [f"+hydra.job.env_set.{PLAN_VARIABLE}='{plan}'"]
 
 

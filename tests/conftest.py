@@ -80,13 +80,11 @@ def posexp(cache_dir, tmp_path):
 def in_process(args: list[str], cwd: Path, env: dict) -> subprocess.CompletedProcess:
     """``posexp ARGS`` through ``cli.main`` -- what the posexp script calls -- in this
     process: its exit code, stdout and stderr as a subprocess would give them, without a
-    process start and torch's import.  The working directory, the environment (posexp sets
-    HYDRA_FULL_ERROR) and sys.argv (Hydra's entry point reads it) are put back afterwards."""
+    process start and torch's import.  The working directory and the environment (Hydra's
+    job sets hydra.job.env_set in it) are put back afterwards."""
     out, err = io.StringIO(), io.StringIO()
     with pytest.MonkeyPatch.context() as mp, redirect_stdout(out), redirect_stderr(err):
         mp.chdir(cwd)
-        mp.setattr(sys, "argv", sys.argv)
-        mp.setenv("HYDRA_FULL_ERROR", "1")
         mp.delenv("POSEXP_DEBUG", raising=False)
         for key, value in env.items():
             mp.setenv(key, value)

@@ -88,10 +88,10 @@ def mark_pending(rows: list[Verdict], claims: list[Claim],
 def launch(jobs: list[dict], launcher: list[str], config_dir: str | None, folder: Path,
            campaign: Campaign) -> None:
     """``jobs`` (each {"configs": [YAML, ...]} or {"parent": DIR, "overrides": [...]}) run
-    by Hydra's launcher as one multirun, job i being ``+campaign_job=i``: the plan is a file
-    in ``folder`` (beside the runs, which a cluster's nodes see too)."""
-    from posexp.cli.app import hydra_main
+    by Hydra's launcher, each job handed its own; the campaign's deadline is a file in
+    ``folder`` (beside the runs, which a cluster's nodes see too)."""
     from posexp.config import compose_overrides
+    from posexp.config.hydra_jobs import launch as launch_jobs
     from posexp.sweep.plan import check_launcher
     from posexp.sweep.stop import stop_overrides
 
@@ -99,19 +99,16 @@ def launch(jobs: list[dict], launcher: list[str], config_dir: str | None, folder
         return
     chosen = compose_overrides(launcher, config_dir, with_hydra=True, command="sweep",
                                resolve=False).hydra.launcher
-    plan, handed = write_plan(campaign, folder, jobs=jobs)
-    argv = ["--multirun", f"+campaign_job={','.join(map(str, range(len(jobs))))}",
-            "hydra.sweeper.params=null", f"hydra.sweep.dir='{folder}'",
-            "hydra.sweep.subdir=${hydra.job.num}", *handed, *launcher,
-            *check_launcher(chosen, len(jobs)), *stop_overrides(),
-            *(["--config-dir", config_dir] if config_dir else [])]
+    plan, handed = write_plan(campaign, folder)
+    hydra = [f"hydra.sweep.dir='{folder}'", "hydra.sweep.subdir=${hydra.job.num}", *handed,
+             *launcher, *check_launcher(chosen, len(jobs)), *stop_overrides()]
     try:
-        hydra_main(campaign_job, argv)
+        launch_jobs(campaign_job, jobs, [[] for _ in jobs], hydra, config_dir)
     finally:
         plan.unlink(missing_ok=True)
 
 
-def campaign_job(cfg: DictConfig) -> str:
+def campaign_job(job: dict) -> str:
     """One job of a launched campaign: its run, started only if it fits in the time left,
     trained and scored by posexp sweep's job (sweep_job), whose lines and stop handling
     it shares."""
@@ -120,8 +117,7 @@ def campaign_job(cfg: DictConfig) -> str:
     from posexp.run.restore import lacks_points, restore_weights
     from posexp.sweep.launch import sweep_job
 
-    campaign, plan = read_plan(COMMAND)
-    job = plan["jobs"][int(cfg.campaign_job)]
+    campaign, _ = read_plan(COMMAND)
     if "parent" in job:
         configs = [finetune_config(Path(job["parent"]), job["overrides"], record=True)]
     else:

@@ -6,17 +6,13 @@ run, report and claims packages."""
 
 from __future__ import annotations
 
-import os
-import sys
-from collections.abc import Callable
 from typing import NoReturn
 
 import typer
-from omegaconf import DictConfig
 
 from posexp.cli.errors import fail
 from posexp.cli.help import encodings_text
-from posexp.config import CONFIG_DIR, register
+from posexp.config import register
 from posexp.errors import PosexpError, UsageError, flat
 from posexp.version import __version__
 
@@ -58,26 +54,6 @@ def main_options(
                                  is_eager=True, help="Print posexp's version and exit."),
 ) -> None:
     """posexp's options, before the command."""
-
-
-def hydra_main(task: Callable[[DictConfig], object], args: list[str]) -> None:
-    """Run ``task`` under Hydra's own entry point with ``args`` as its command line; an error
-    anywhere ends in ``fail``, never in Hydra's report."""
-    import hydra
-
-    @hydra.main(config_path=CONFIG_DIR, config_name="config", version_base="1.3")
-    def entry(cfg: DictConfig) -> None:
-        try:
-            task(cfg)
-        except BaseException as e:
-            fail(e)
-
-    sys.argv = ["posexp", *args]
-    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises, and fail() prints one line
-    try:
-        entry()
-    except BaseException as e:
-        fail(e)
 
 
 def click_exceptions():

@@ -36,6 +36,22 @@ def print_config(cfg: DictConfig, package: str | None) -> None:
     typer.echo(OmegaConf.to_yaml(cfg, resolve=True).rstrip())
 
 
+def print_hydra(cfg: DictConfig, hydra: DictConfig, whole: bool, package: str | None,
+                resolve_all: bool) -> None:
+    """--cfg hydra (Hydra's part of the composed config) or --cfg all (the run's config with
+    it); --package KEY prints one part, --resolve its interpolations resolved."""
+    shown = OmegaConf.create({**OmegaConf.to_container(resolve(cfg)),
+                              **OmegaConf.to_container(hydra)}) if whole else hydra
+    if package:
+        node = OmegaConf.select(shown, package, default=None)
+        if node is None:
+            raise UsageError(f"--package {package!r}: the config has no such key")
+        typer.echo(f"# @package {package}")
+        shown = node if isinstance(node, DictConfig) else OmegaConf.create(
+            {package.rsplit(".", 1)[-1]: node})
+    typer.echo(OmegaConf.to_yaml(shown, resolve=resolve_all).rstrip())
+
+
 class Command(TyperCommand):
     """Plain click help: arguments named RUN_DIR, not {run_dir}; the docstring's paragraphs
     rewrapped as whole sentences; example blocks (\\b) kept as written."""

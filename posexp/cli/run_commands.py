@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -14,10 +13,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from posexp import scaling
 from posexp.campaign import end_sweep, pop_time_limit, sweep_campaign, timed_job
-from posexp.cli.app import EXTRA, app, hydra_main
+from posexp.cli.app import EXTRA, app
 from posexp.cli.args import Args, parse_args, saved_run_args
 from posexp.cli.errors import fail
-from posexp.cli.help import Command, help_page, print_config
+from posexp.cli.help import Command, help_page, print_config, print_hydra
 from posexp.config import (
     RunSpec,
     apply_overrides,
@@ -25,11 +24,18 @@ from posexp.config import (
     check_attention,
     check_device_name,
     check_eval,
-    compose,
     compose_overrides,
+    split_hydra,
 )
 from posexp.config.custom import no_imports
 from posexp.config.guards import check_overrides, parse_override
+from posexp.config.hydra_jobs import (
+    hydra_part,
+    launch,
+    run_job,
+    show_hydra_help,
+    show_info,
+)
 from posexp.data.checks import check_paths
 from posexp.errors import UsageError
 from posexp.version import __version__
@@ -76,19 +82,35 @@ def train(ctx: typer.Context) -> None:
         if "--help" in a.flags:
             typer.echo(help_page(a, "train"))
             return
-        with showing(any(f in a.flags for f in SHOWS)):
-            cfg = compose(a.overrides, a.config_dir, a.config_name, "train")
-        if a.flags.get("--cfg") == "job":
-            print_config(cfg, a.flags.get("--package"))
+        shows = any(f in a.flags for f in SHOWS)
+        with showing(shows):
+            cfg, hydra_node = split_hydra(compose_overrides(
+                a.overrides, a.config_dir, a.config_name, with_hydra=True))
+            check(cfg)
+        if shows:
+            show(a, cfg, hydra_node)
             return
-        if not any(f in a.flags for f in SHOWS):
-            from posexp.run import pick_device
+        from posexp.run import pick_device, run
 
-            check_paths(cfg.data)  # a missing corpus, a FIFO, /dev/zero: refused now
-            pick_device(cfg)  # device=cuda:3 on a machine with one GPU: refused now
+        check_paths(cfg.data)  # a missing corpus, a FIFO, /dev/zero: refused now
+        pick_device(cfg)  # device=cuda:3 on a machine with one GPU: refused now
+        run_job(lambda c: run(RunSpec.of(c)), cfg, hydra_node, a.config_dir)
     except BaseException as e:
         fail(e)
-    hydra_main(run_config, a.hydra_argv())
+
+
+def show(a: Args, cfg: DictConfig, hydra_node: DictConfig) -> None:
+    """--cfg, --info, --hydra-help: the composed config, or how Hydra composed it; nothing
+    runs."""
+    if "--info" in a.flags:
+        show_info(a.flags["--info"], a.overrides, a.config_dir, a.config_name)
+    elif "--hydra-help" in a.flags:
+        show_hydra_help(a.overrides, a.config_dir)
+    elif a.flags["--cfg"] == "job":
+        print_config(cfg, a.flags.get("--package"))
+    else:
+        print_hydra(cfg, hydra_part(hydra_node), a.flags["--cfg"] == "all",
+                    a.flags.get("--package"), "--resolve" in a.flags)
 
 
 @app.command("eval", cls=Command, context_settings=EXTRA)
@@ -191,18 +213,18 @@ def launch_sweep(a: Args, jobs: list, extra: list[str], seconds: float | None) -
     """The planned jobs through Hydra's launcher, within ``seconds`` where given; then the
     summary."""
     from posexp.sweep.launch import summarize, sweep_job
-    from posexp.sweep.plan import is_glob, launcher_overrides
+    from posexp.sweep.plan import is_hydra
     from posexp.sweep.stop import stop_overrides, stopping
 
     typer.echo(f"posexp sweep: {len(jobs)} runs", err=True)
-    # globs go to Hydra spelled out (in extra): exactly the options planned; every override
-    # before the flags (argparse takes no overrides after an option's value)
-    overrides = launcher_overrides([o for o in a.overrides if not is_glob(o)])
+    # each job's own overrides name its directory; the hydra.* ones choose the launcher
+    hydra = [o for o in [*jobs[0].overrides, *extra] if is_hydra(o)]
+    run_name = [o for o in extra if o.startswith("run_name=")]
     # a signal (or the time limit) stops every job, checkpointed, wherever it runs
     with stopping(), sweep_campaign(seconds, [job.cfg for job in jobs]) as (campaign, handed):
-        argv = replace(a, overrides=[*overrides, *extra, *stop_overrides(), *handed]
-                       ).hydra_argv(drop=("--multirun",))
-        hydra_main(sweep_job if campaign is None else timed_job, ["--multirun", *argv])
+        launch(sweep_job if campaign is None else timed_job, [job.cfg for job in jobs],
+               [[o for o in [*job.overrides, *run_name] if not is_hydra(o)] for job in jobs],
+               [*hydra, *stop_overrides(), *handed], a.config_dir, a.config_name)
     try:
         if campaign is not None:
             end_sweep(campaign, [job.cfg for job in jobs])
@@ -222,12 +244,15 @@ def print_jobs(jobs: list, a: Args) -> None:
 
 
 def sweep_info(a: Args) -> None:
-    """posexp sweep --info / --hydra-help: Hydra shows how it composes the sweep's common
-    config, once posexp's guards have passed it; nothing runs."""
+    """posexp sweep --info / --hydra-help: how Hydra composes the sweep's common config,
+    once posexp's guards have passed it; nothing runs."""
     check_overrides(a.overrides, "sweep")
-    compose_overrides([o for o in a.overrides if not parse_override(o).is_sweep_override()],
-                      a.config_dir, a.config_name, command="sweep", resolve=False)
-    hydra_main(lambda cfg: None, a.hydra_argv(drop=("--multirun",)))
+    common = [o for o in a.overrides if not parse_override(o).is_sweep_override()]
+    compose_overrides(common, a.config_dir, a.config_name, command="sweep", resolve=False)
+    if "--info" in a.flags:
+        show_info(a.flags["--info"], common, a.config_dir, a.config_name)
+    else:
+        show_hydra_help(common, a.config_dir)
 
 
 @app.command(cls=Command)

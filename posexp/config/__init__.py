@@ -5,7 +5,13 @@ never import it; the run, the reports and the command line do."""
 
 from posexp.config.check import check, check_attention, check_device, check_device_name
 from posexp.config.check_eval import check_eval
-from posexp.config.compose import CONFIG_DIR, apply_overrides, compose, compose_overrides
+from posexp.config.compose import (
+    CONFIG_DIR,
+    apply_overrides,
+    compose,
+    compose_overrides,
+    split_hydra,
+)
 from posexp.config.derive import resolve
 from posexp.config.identity import (
     OPTIONAL_KEYS,
@@ -29,4 +35,4 @@ __all__ = ["CONFIG_DIR", "GROUPS", "OPTIONAL_KEYS", "SEED_KEYS", "Attention", "C
            "EvalMode", "EvalScalingConfig", "RunSpec", "apply_overrides", "check",
            "check_attention", "check_device", "check_device_name", "check_eval", "compose",
            "compose_overrides", "flatten", "identity", "identity_diff", "in_identity",
-           "register", "resolve", "schema_keys", "unknown_key"]
+           "register", "resolve", "schema_keys", "split_hydra", "unknown_key"]

@@ -11,6 +11,7 @@ import os
 from collections.abc import Iterator
 from importlib.resources import files
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
@@ -32,15 +33,19 @@ from posexp.config.keys import check_keys, check_set, unknown_key
 from posexp.config.schema import Config
 from posexp.errors import PosexpError, UsageError, flat
 
+if TYPE_CHECKING:
+    from hydra._internal.hydra import Hydra
+
 CONFIG_DIR = str(files("posexp.configs"))
 # ${plain:KEY} in a run name (sweep.run_name_override): a swept value as a directory name
 OmegaConf.register_new_resolver("plain", plain_name, replace=True)
 
 
 @contextlib.contextmanager
-def hydra_context(config_dir: str | None) -> Iterator[None]:
-    """Hydra initialised as its entry point would be for posexp: posexp's configs, and a
-    --config-dir added where Hydra's main adds it (so --config-name finds a file there)."""
+def hydra_context(config_dir: str | None) -> Iterator[Hydra]:
+    """Hydra initialised as its entry point would be for posexp (the Hydra object within):
+    posexp's configs, and a --config-dir added where Hydra's main adds it (so --config-name
+    finds a file there)."""
     from hydra import version
     from hydra._internal.hydra import Hydra
     from hydra._internal.utils import create_config_search_path
@@ -54,9 +59,9 @@ def hydra_context(config_dir: str | None) -> Iterator[None]:
         search_path.prepend(provider="command-line",
                             path=f"file://{os.path.abspath(config_dir)}",
                             anchor=SearchPathQuery(provider="schema"))
-    Hydra.create_main_hydra2(task_name="cli", config_search_path=search_path)
+    hydra = Hydra.create_main_hydra2(task_name="cli", config_search_path=search_path)
     try:
-        yield
+        yield hydra
     finally:
         restore_gh_from_backup(backup)
 
@@ -103,15 +108,21 @@ def compose_overrides(overrides: list[str], config_dir: str | None = None,
     return cfg
 
 
+def split_hydra(cfg: DictConfig) -> tuple[DictConfig, DictConfig]:
+    """A config composed with_hydra, in place: the run's part, and Hydra's node taken out."""
+    with open_dict(cfg):
+        hydra_node = cfg.hydra
+        del cfg["hydra"]
+    return cfg, hydra_node
+
+
 def _settle(cfg: DictConfig, resolve: bool) -> DictConfig:
     """Take Hydra's own node out of a composed config (returned), resolve the rest (unless
     not ``resolve``) and check its keys."""
     from hydra.core.hydra_config import HydraConfig
 
     with worded():
-        with open_dict(cfg):
-            hydra_node = cfg.hydra
-            del cfg["hydra"]
+        cfg, hydra_node = split_hydra(cfg)
         if resolve:
             check_set(cfg)
             full = cfg.copy()

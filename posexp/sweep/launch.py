@@ -11,7 +11,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from posexp.config import RunSpec, check
+from posexp.config import RunSpec
 from posexp.errors import PosexpError, Stopped, first_line
 from posexp.sweep.lines import whole_lines
 from posexp.sweep.stop import STOPPED, request_stop
@@ -32,12 +32,13 @@ def worker_threads(launcher: DictConfig) -> int | None:
 
 
 def sweep_job(cfg: DictConfig) -> str:
-    """One job of a sweep, run by Hydra's launcher; returns the run's status.  Under a
-    parallel launcher every line the job prints is whole and starts with its run name, and
-    progress is a plain line every 30 s.  A job stopped by a signal (its own, or its
-    parent's through the stop file) is checkpointed and marked interrupted: one after
-    another, the sweep ends there; in parallel, the job reports it and the parent says
-    so once all have; a job not started by then does not start."""
+    """One job of a sweep, its config planned and checked (sweep.plan), run by Hydra's
+    launcher; returns the run's status.  Under a parallel launcher every line the job
+    prints is whole and starts with its run name, and progress is a plain line every 30 s.
+    A job stopped by a signal (its own, or its parent's through the stop file) is
+    checkpointed and marked interrupted: one after another, the sweep ends there; in
+    parallel, the job reports it and the parent says so once all have; a job not started
+    by then does not start."""
     import torch
     from hydra.core.hydra_config import HydraConfig
 
@@ -58,7 +59,6 @@ def sweep_job(cfg: DictConfig) -> str:
         return "not started"
     with contextlib.nullcontext() if sequential else whole_lines(f"[{cfg.run_name}] "):
         try:
-            check(cfg)
             return run(RunSpec.of(cfg), progress=True, group=cfg.experiment)
         except (Interrupted, KeyboardInterrupt):
             if sequential:

@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 
-from posexp.config import GROUPS, RunSpec, check, compose_overrides, in_identity
+from posexp.config import GROUPS, RunSpec, check, compose_overrides, in_identity, split_hydra
 from posexp.config.bounds import MAX_SWEEP_JOBS
 from posexp.config.compose import group_options
 from posexp.config.guards import check_overrides, parse_override
@@ -25,13 +25,12 @@ MAX_JOBS_VARIABLE = "POSEXP_SWEEP_MAX_JOBS"
 
 
 def grid(overrides: list[str], preset_params: dict[str, str],
-         options: Callable[[str], list[str]]) -> tuple[list[list[str]], list[str]]:
+         options: Callable[[str], list[str]]) -> list[list[str]]:
     """The override lists of every job: the command line's sweeps (``a,b``, ``range()``,
     ``glob()``), and for keys the command line leaves alone, the preset's
     ``hydra.sweeper.params``.  ``glob(...)`` chooses among ``options(group)``, a config
     group's options without its schema, so ``encoding=glob(*)`` is every registered
-    encoding; each glob comes back spelled out (``encoding=alibi,fire,...``) for Hydra's
-    launcher to sweep exactly the planned values."""
+    encoding."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.override_parser.types import ValueType
 
@@ -40,7 +39,7 @@ def grid(overrides: list[str], preset_params: dict[str, str],
     given = {o.get_key_element() for o in parsed}
     parsed += parser.parse_overrides(
         [f"{k}={v}" for k, v in preset_params.items() if k not in given])
-    axes, spelled = [], []
+    axes = []
     bound = max_jobs()
     for o in parsed:
         key = o.get_key_element()
@@ -53,7 +52,6 @@ def grid(overrides: list[str], preset_params: dict[str, str],
             if not values:
                 raise UsageError(f"{o.input_line} matches none of the {key} options "
                                  f"({', '.join(available)})")
-            spelled.append(f"{key}={','.join(values)}")
         else:  # at most one value past the bound: range(0,10**12) is not listed
             values = (list(itertools.islice(o.sweep_string_iterator(), bound + 2))
                       if o.is_sweep_override() else [o.get_value_element_as_str()])
@@ -68,7 +66,7 @@ def grid(overrides: list[str], preset_params: dict[str, str],
                          f"seed=range(0,{bound}), then seed=range({bound},{2 * bound}); a sweep "
                          "run again skips completed runs), or raise the bound: "
                          f"{MAX_JOBS_VARIABLE}=N posexp sweep ...")
-    return [list(job) for job in itertools.product(*axes)], spelled
+    return [list(job) for job in itertools.product(*axes)]
 
 
 def max_jobs() -> int:
@@ -79,15 +77,6 @@ def max_jobs() -> int:
     if not value.isdigit() or int(value) < 1:
         raise UsageError(f"{MAX_JOBS_VARIABLE} must be a positive integer, got {value!r}")
     return int(value)
-
-
-def is_glob(override: str) -> bool:
-    """Whether an override of the command line sweeps a glob of group options."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.core.override_parser.types import ValueType
-
-    return OverridesParser.create().parse_override(override).value_type == \
-        ValueType.GLOB_CHOICE_SWEEP
 
 
 # Already in the default run name ${encoding.name}-L${train.seq_len}-s${seed}.
@@ -135,7 +124,7 @@ class Job:
 def plan(overrides: list[str], config_dir: str | None = None,
          config_name: str | None = None, devices: bool = True) -> tuple[list[Job], list[str]]:
     """Every job's overrides and composed, checked config, before the first one starts, and
-    the overrides posexp adds to the sweep (the run name, globs spelled out).  Two jobs
+    the overrides posexp adds to the sweep (the run name, the launcher's n_jobs).  Two jobs
     never share a directory: unless run_name is given, it grows with every swept key of the
     identity that the default name does not already hold, in Hydra's override_dirname style
     (rope-L64-s0,d_model=32,lr=0.001); a plan that still puts two jobs in one directory is
@@ -147,7 +136,7 @@ def plan(overrides: list[str], config_dir: str | None = None,
     preset = compose_overrides(one_job(overrides), config_dir, config_name, with_hydra=True,
                                command="sweep", resolve=False)
     params = preset.hydra.sweeper.params or {}
-    jobs, globs = grid(overrides, {str(k): str(v) for k, v in params.items()},
+    jobs = grid(overrides, {str(k): str(v) for k, v in params.items()},
                        lambda group: group_options(group, config_dir))
     run_name = run_name_override(jobs, params)
     launcher = check_launcher(preset.hydra.launcher, len(jobs))
@@ -176,7 +165,7 @@ def plan(overrides: list[str], config_dir: str | None = None,
         if j.cfg.train.resume:
             spec = RunSpec.of(j.cfg)
             existing(Run(spec.path), spec)
-    return planned, [*run_name, *globs, *launcher]
+    return planned, [*run_name, *launcher]
 
 
 class Planning:
@@ -237,33 +226,19 @@ def one_job(overrides: list[str]) -> list[str]:
     return out
 
 
-def launcher_overrides(overrides: list[str]) -> list[str]:
-    """The overrides as Hydra's launcher gets them: a key inside a config group the sweep
-    chooses among (task.eval_count with task=copy,reverse) becomes a sweep of its one value,
-    so that Hydra sets it in each job, where the group is chosen, and not in the config it
-    composes first, where it is not."""
-    swept = {parse_override(o).get_key_element() for o in overrides
-             if parse_override(o).is_sweep_override()}
-    groups = swept & set(GROUPS)
-    out = []
-    for o in overrides:
-        parsed = parse_override(o)
-        key = parsed.get_key_element()
-        if not parsed.is_sweep_override() and key.split(".")[0] in groups and "." in key:
-            o = f"{key}=choice({o.partition('=')[2]})"
-        out.append(o)
-    return out
+def is_hydra(override: str) -> bool:
+    """Whether an override sets Hydra's part of the config (hydra/launcher=joblib,
+    hydra.launcher.n_jobs=2): the launcher's, not a job's."""
+    return parse_override(override).key_or_group.split("/")[0].split(".")[0] == "hydra"
 
 
 def _job(overrides: list[str], run_name: list[str], config_dir: str | None,
          config_name: str | None) -> Job:
     """One job composed and checked; a UsageError names its overrides."""
     try:
-        cfg = compose_overrides([*overrides, *run_name], config_dir, config_name,
-                                with_hydra=True, command="sweep")
-        with open_dict(cfg):
-            hydra_node = cfg.hydra
-            del cfg["hydra"]
+        cfg, hydra_node = split_hydra(compose_overrides(
+            [*overrides, *run_name], config_dir, config_name, with_hydra=True,
+            command="sweep"))
         check(cfg)
     except PosexpError as e:
         raise UsageError(f"{' '.join(overrides)}: {e}") from None

@@ -90,6 +90,34 @@ def test_cfg_job_prints_config_without_running(posexp, tmp_path):
     assert not (tmp_path / "results").exists()
 
 
+def test_a_config_is_composed_once(posexp_here, tmp_path, monkeypatch):
+    """posexp train composes its config once; a sweep composes its preset once, each job
+    once to plan it and once more for Hydra's launcher (the job's directory and
+    environment), and the launcher's own config: the job runs the config posexp planned.
+    --cfg hydra shows Hydra's part of the one composition."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+    composed = []
+    load = ConfigLoaderImpl.load_configuration
+
+    def counted(self, *args, **kwargs):
+        composed.append(kwargs.get("overrides"))
+        return load(self, *args, **kwargs)
+
+    monkeypatch.setattr(ConfigLoaderImpl, "load_configuration", counted)
+    args = [*TINY, "train.tokens=1024", "results_dir=out"]
+    r = posexp_here("train", "encoding=alibi", *args)
+    assert r.returncode == 0, r.stderr
+    assert len(composed) == 1
+    composed.clear()
+    r = posexp_here("sweep", "encoding=alibi,rope", *args)
+    assert r.returncode == 0, r.stderr
+    assert len(composed) == 1 + 2 * 2 + 1
+    r = posexp_here("train", "--cfg", "hydra", "hydra.job.chdir=false")
+    shown = yaml.safe_load(r.stdout)["hydra"]
+    assert shown["run"]["dir"] == "." and "help" not in shown and "hydra_help" not in shown
+
+
 def test_config_dir_adds_an_encoding_variant(posexp_here, tmp_path):
     (tmp_path / "extra" / "encoding").mkdir(parents=True)
     (tmp_path / "extra" / "encoding" / "rope500k.yaml").write_text(

@@ -257,7 +257,8 @@ def test_issue_28(case, posexp, posexp_here, tmp_path, monkeypatch):
     if case.process:
         r = posexp(*args, env=env)
     else:
-        monkeypatch.setattr(run_commands, "hydra_main", reached)
+        monkeypatch.setattr(run_commands, "run_job", reached)
+        monkeypatch.setattr(run_commands, "launch", reached)
         monkeypatch.setattr(suite, "train_all", reached)
         r = posexp_here(*args, env=env)
     assert r.returncode == case.code, (r.stdout, r.stderr)

@@ -33,13 +33,14 @@ from tests.conftest import copy_run, read_json
 
 
 def no_hydra(*args, **kwargs):
-    raise AssertionError("reached Hydra's entry point: this input would have run")
+    raise AssertionError("reached Hydra's job or launcher: this input would have run")
 
 
 @pytest.fixture
 def run_cli(monkeypatch, capsys, cache_dir, tmp_path):
     """cli.main(args) in this process, from an empty directory: (exit code, stdout, stderr)."""
-    monkeypatch.setattr(run_commands, "hydra_main", no_hydra)
+    monkeypatch.setattr(run_commands, "run_job", no_hydra)
+    monkeypatch.setattr(run_commands, "launch", no_hydra)
     monkeypatch.setenv("POSEXP_CACHE", str(cache_dir))
     monkeypatch.delenv("POSEXP_DEBUG", raising=False)
     monkeypatch.delenv(UNSET, raising=False)

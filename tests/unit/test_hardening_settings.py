@@ -24,14 +24,15 @@ from tests.conftest import TINY, compose_args
 
 
 def no_hydra(*args, **kwargs):
-    raise AssertionError("reached Hydra's entry point: this input would have run")
+    raise AssertionError("reached Hydra's job or launcher: this input would have run")
 
 
 @pytest.fixture
 def run_cli(monkeypatch, capsys, cache_dir, tmp_path):
     """cli.main(args) in this process, from an empty directory, with ``env`` set:
     (exit code, stdout, stderr)."""
-    monkeypatch.setattr(run_commands, "hydra_main", no_hydra)
+    monkeypatch.setattr(run_commands, "run_job", no_hydra)
+    monkeypatch.setattr(run_commands, "launch", no_hydra)
     monkeypatch.setenv("POSEXP_CACHE", str(cache_dir))
     for name in ("POSEXP_DEBUG", "WANDB_MODE", "WANDB_DIR", "POSEXP_SWEEP_MAX_JOBS"):
         monkeypatch.delenv(name, raising=False)
