@@ -342,6 +342,10 @@ def coinciding(drawn: list[tuple[str, list[float], list[float]]]) -> list[str]:
     return notes
 
 
+# no date in a figure file: a report regenerated from the same records is the same bytes
+UNDATED = {"svg": {"Date": None}, "pdf": {"CreationDate": None, "ModDate": None}}
+
+
 def save(fig, path: Path, command: str) -> list[Path]:
     """``fig`` in each of the style's formats; in a paper also the words it leaves out --
     title, provenance, caption and ``command`` that made it -- in NAME.caption.txt."""
@@ -350,7 +354,9 @@ def save(fig, path: Path, command: str) -> list[Path]:
     look, written = current(), []
     for ext in look.formats:
         target = path.with_suffix(f".{ext}")
-        atomic_write(target, lambda fh, ext=ext: fig.savefig(fh, format=ext, dpi=look.dpi))
+        with plt.rc_context({"svg.hashsalt": path.name}):  # ids from the name, not at random
+            atomic_write(target, lambda fh, ext=ext: fig.savefig(
+                fh, format=ext, dpi=look.dpi, metadata=UNDATED.get(ext)))
         written.append(target)
     if not look.words_inside:
         target = path.with_name(f"{path.name}.caption.txt")
