@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +18,7 @@ from posexp.encodings.rope import apply_rotary
 from posexp.scaling import RopeScaling
 
 
-@dataclass
+@dataclass(frozen=True)
 class GPTConfig:
     vocab_size: int
     d_model: int
@@ -32,7 +33,7 @@ class GPTConfig:
     init: str = "gpt2"  # model.init: gpt2 | torch (config/schema.py Init)
     attention: str = "auto"  # the score bias's kernel: auto | sdpa | flex | flash (attention.py)
     # encoding.hparams: the encoding's own hyperparameters; the paper's defaults where absent
-    encoding_hparams: dict[str, Any] = field(default_factory=dict)
+    encoding_hparams: Mapping[str, Any] = field(default_factory=dict)
 
 
 class CausalSelfAttention(nn.Module):

@@ -5,8 +5,9 @@ default again."""
 
 from __future__ import annotations
 
+import functools
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, make_dataclass
 from pathlib import Path
 from types import MappingProxyType
 
@@ -24,9 +25,36 @@ from posexp.config.derive import (
     train_scaling,
 )
 from posexp.config.identity import identity
+from posexp.config.schema import EvalConfig, TrainConfig
 
 if typing.TYPE_CHECKING:
     from posexp.data.tasks import Task
+
+
+@functools.cache
+def frozen_twin(schema: type) -> type:
+    """A frozen dataclass with the fields of the schema's dataclass ``schema``: TrainConfig's
+    is TrainSpec."""
+    return make_dataclass(schema.__name__.replace("Config", "Spec"),
+                          [(f.name, f.type) for f in fields(schema)], frozen=True)
+
+
+TrainSpec = frozen_twin(TrainConfig)
+EvalSpec = frozen_twin(EvalConfig)
+
+
+def frozen(schema: type, node: DictConfig) -> typing.Any:
+    """A group of a resolved config as the frozen twin of its schema: typed values (enums
+    as their members), lists as tuples, a nested group as a mapping nobody can change."""
+    values = OmegaConf.to_container(node, resolve=True, enum_to_str=False)
+
+    def fixed(value: object) -> object:
+        if isinstance(value, list):
+            return tuple(value)
+        return MappingProxyType(value) if isinstance(value, dict) else value
+
+    return frozen_twin(schema)(**{f.name: fixed(values.get(f.name, getattr(
+        schema, f.name, None))) for f in fields(schema)})
 
 
 @dataclass(frozen=True)
@@ -48,6 +76,8 @@ class RunSpec:
     n_max: int | None = None  # a task run's longest training length
     task_lengths: tuple[int, ...] = ()  # a task run's lengths scored
     fine_tune: bool = False
+    train: TrainSpec | None = None  # the train group, frozen and typed
+    eval: EvalSpec | None = None  # the eval group, frozen and typed
 
     @classmethod
     def of(cls, cfg: DictConfig) -> RunSpec:
@@ -63,7 +93,8 @@ class RunSpec:
             encoding_hparams=MappingProxyType(encoding_hparams(resolved)), task=task,
             n_max=task_max_length(resolved) if task else None,
             task_lengths=tuple(resolved.eval.task_lengths) if task else (),
-            fine_tune=OmegaConf.select(resolved, "parent.identity") is not None)
+            fine_tune=OmegaConf.select(resolved, "parent.identity") is not None,
+            train=frozen(TrainConfig, resolved.train), eval=frozen(EvalConfig, resolved.eval))
 
     @property
     def is_task_run(self) -> bool:

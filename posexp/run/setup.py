@@ -72,7 +72,7 @@ def build_model(spec: RunSpec, vocab_size: int) -> GPT:
         base=cfg.encoding.base, dropout=m.dropout, tie_weights=m.tie_weights,
         init=Init(m.init).value,
         attention=Attention(cfg.attention).value,
-        encoding_hparams=dict(spec.encoding_hparams)))
+        encoding_hparams=spec.encoding_hparams))
     if spec.train_scaling is not None:
         set_scaling(model, spec, spec.train_scaling)
     return model

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from omegaconf import DictConfig
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
 from posexp.config import RunSpec
+from posexp.config.spec import TrainSpec
 from posexp.distributed import World, mean
 from posexp.errors import PosexpError, Stopped, on_signals
 from posexp.evaluate.windows import autocast
@@ -54,7 +54,7 @@ def lr_at(step: int, total: int, warmup: int, lr: float, min_ratio: float) -> fl
     return lr * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def make_optimizer(model: GPT, t: DictConfig, device: torch.device) -> torch.optim.AdamW:
+def make_optimizer(model: GPT, t: TrainSpec, device: torch.device) -> torch.optim.AdamW:
     """AdamW with weight decay on matrices only (not on norms)."""
     params = [p for p in model.parameters() if p.requires_grad]
     decay = [p for p in params if p.dim() >= 2]
@@ -154,10 +154,10 @@ class StopSignals:
         self.handling.close()
 
 
-def use_compile(cfg: DictConfig, device: torch.device) -> bool:
+def use_compile(t: TrainSpec, device: torch.device) -> bool:
     """train.compile, or when unset: on CUDA yes; on CPU no -- compiling takes longer than
     the few minutes of a CPU run it would speed up (scripts/bench.py --compile measures it)."""
-    return device.type == "cuda" if cfg.train.compile is None else bool(cfg.train.compile)
+    return device.type == "cuda" if t.compile is None else bool(t.compile)
 
 
 def progress_every() -> float:
@@ -242,7 +242,7 @@ class Plan:
     checkpoint_every: int
 
     @classmethod
-    def of(cls, t: DictConfig) -> Plan:
+    def of(cls, t: TrainSpec) -> Plan:
         per_step = t.batch_size * t.seq_len
         total = t.tokens // per_step
         return cls(per_step, total, min(total, t.warmup_tokens // per_step),
@@ -257,7 +257,7 @@ class Loop:
 
     def __init__(self, model: GPT, workload, data, spec: RunSpec, run: Run | None,
                  sink: Sink, device: torch.device, world: World) -> None:
-        t = spec.cfg.train
+        t = spec.train
         self.model, self.workload, self.data, self.spec = model, workload, data, spec
         self.run, self.sink, self.device, self.world = run, sink, device, world
         self.plan = Plan.of(t)
@@ -267,7 +267,7 @@ class Loop:
         if world.size > 1:
             self.step_model = DistributedDataParallel(
                 model, device_ids=[device.index] if device.type == "cuda" else None)
-        self.compiled = use_compile(spec.cfg, device)
+        self.compiled = use_compile(spec.train, device)
         if self.compiled:
             self.step_model = torch.compile(self.step_model)
         self.opt = make_optimizer(model, t, device)
@@ -299,14 +299,14 @@ class Loop:
 
     def step(self, step: int) -> tuple[torch.Tensor, torch.Tensor, float]:
         """One optimizer step: (loss, gradient norm, learning rate)."""
-        t, plan = self.spec.cfg.train, self.plan
+        t, plan = self.spec.train, self.plan
         lr = lr_at(step, plan.total_steps, plan.warmup, t.lr, t.min_lr_ratio)
         for group in self.opt.param_groups:
             group["lr"] = lr
         inputs, targets = self.workload.batch(self.data, step, self.gen, self.rows,
                                               self.device, self.compiled)
         positions = None
-        if t.get("random_positions") is not None:
+        if t.random_positions is not None:
             positions = random_positions(t.batch_size, inputs.shape[1], t.random_positions,
                                          self.spec.cfg.seed, step)[self.rows].to(self.device)
         with autocast(self.device):
@@ -351,7 +351,7 @@ class Loop:
                 or self.spec.fine_tune:
             return
         if final >= 0.99 * first:
-            t = self.spec.cfg.train
+            t = self.spec.train
             print(f"posexp: warning: the training loss ended at {final:.4f}, where it started "
                   f"({first:.4f}): this run learned nothing; check train.lr ({t.lr:g}), "
                   f"train.tokens ({t.tokens:,}) and train.warmup_tokens "
@@ -385,7 +385,7 @@ def fit(model: GPT, workload, data, spec: RunSpec, run: Run | None, sink: Sink,
     loop = Loop(model, workload, data, spec, run, sink, device, world)
     if resume is not None:
         loop.resume(resume)
-    t, plan = spec.cfg.train, loop.plan
+    t, plan = spec.train, loop.plan
     if world.main and loop.first_step == 0:
         note_rounding(t, plan)
     model.train()
@@ -422,7 +422,7 @@ def fit(model: GPT, workload, data, spec: RunSpec, run: Run | None, sink: Sink,
     return loop.stats()
 
 
-def note_rounding(t: DictConfig, plan: Plan) -> None:
+def note_rounding(t: TrainSpec, plan: Plan) -> None:
     """One line when train.tokens is not a whole number of steps and the whole steps within
     it leave out 1% of it or more (20,000 -> 18,432): the run says so rather than train
     fewer tokens silently.  Less is not said: the default, 2,000,000 in steps of 2,048,

@@ -117,25 +117,25 @@ class CorpusWorkload:
         return load_corpus(self.spec.cfg.data)
 
     def check(self, corpus: Corpus) -> None:
-        seq_len = self.spec.cfg.train.seq_len
+        seq_len = self.spec.train.seq_len
         if len(corpus.train) <= seq_len + 1:
             raise UsageError(f"the training split has {len(corpus.train)} tokens, fewer than "
                              f"one window of train.seq_len={seq_len}")
-        check_val_size(len(corpus.val), corpus.val_documents, self.spec.cfg.eval.tokens)
+        check_val_size(len(corpus.val), corpus.val_documents, self.spec.eval.tokens)
 
     def describe(self, corpus: Corpus) -> str:
-        t = self.spec.cfg.train
+        t = self.spec.train
         return f"{t.tokens:,} tokens at length {t.seq_len} ({t.batch_size} sequences a step)"
 
     def batch(self, corpus: Corpus, step: int, gen: torch.Generator, rows: slice,
               device: torch.device, fixed_width: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        t = self.spec.cfg.train
+        t = self.spec.train
         batch = to_device(sample_batch(corpus.train, t.batch_size, t.seq_len, gen)[rows], device)
         return batch[:, :-1], batch[:, 1:]
 
     def spans(self, corpus: Corpus, n_tokens: int | None = None) -> Spans:
         """The spans of eval.tokens (or ``n_tokens``) targets over the validation split."""
-        n = self.spec.cfg.eval.tokens if n_tokens is None else n_tokens
+        n = self.spec.eval.tokens if n_tokens is None else n_tokens
         return scored_spans(len(corpus.val), corpus.val_documents, n)
 
     @staticmethod
@@ -152,13 +152,13 @@ class CorpusWorkload:
         """Validation loss at the training length, nonoverlapping, on spans of
         train.val_tokens targets spread over the split as eval's are, in eval mode (it draws
         no random numbers, so it leaves the training run unchanged)."""
-        cfg = self.spec.cfg
-        L = cfg.train.seq_len
+        t = self.spec.train
+        L = t.seq_len
         held = held_targets(len(corpus.val), corpus.val_documents)  # empty documents hold none
-        spans = self.spans(corpus, min(cfg.train.val_tokens, held))
+        spans = self.spans(corpus, min(t.val_tokens, held))
         with evaluating(model):
             losses, _, _ = score_windows(model, corpus.val, L, span_windows(spans, L),
-                                         spans.tokens, cfg.eval.batch_tokens, device)
+                                         spans.tokens, self.spec.eval.batch_tokens, device)
         return float(losses.sum()) / spans.tokens
 
     def requested(self, scalings: Iterable[dict | None],
@@ -167,7 +167,7 @@ class CorpusWorkload:
         eval.json (``scored``); None when it holds no layout of eval.tokens targets -- the
         layout is a function of the split and eval.tokens alone, so one recorded is the
         one the config asks for -- and then every point is asked for."""
-        e = self.spec.cfg.eval
+        e = self.spec.eval
         ids = [name for name, record in scored.get("spans", {}).items()
                if sum(record["length"]) == e.tokens]
         if len(ids) != 1:
@@ -194,7 +194,7 @@ class CorpusWorkload:
         """The curve of every scaling and lengths of ``wanted``, each scaling's points written
         to eval.json as soon as they are scored; the model is put back as trained."""
         spec = self.spec
-        scoring = Scoring.of(spec.cfg.eval)
+        scoring = Scoring.of(spec.eval)
         spans = self.spans(corpus)
         total = sum(count_windows(lengths, scoring, spans, model.max_positions,
                                   per_position=record is None) for record, lengths in wanted)
@@ -208,7 +208,7 @@ class CorpusWorkload:
                     model, corpus.val, lengths, scoring, spans, device, corpus.token_bytes,
                     progress=bar.update, rope_scaling=record)
                 run.write_eval(points, per_position, spans=(spans.id, self.layout(corpus, spans)),
-                               train_seq_len=spec.cfg.train.seq_len,
+                               train_seq_len=spec.train.seq_len,
                                encoding=spec.cfg.encoding.name, corpus=corpus.fingerprint)
                 if record is None:
                     sink.log_eval(points, per_position)
@@ -216,7 +216,7 @@ class CorpusWorkload:
         return curve
 
     def table(self, points: list[dict], corpus_tokenizer: str | None) -> str:
-        return format_curve(points, self.spec.cfg.train.seq_len, str(self.spec.path),
+        return format_curve(points, self.spec.train.seq_len, str(self.spec.path),
                             per_byte=corpus_tokenizer not in (None, "byte"))
 
 
@@ -236,7 +236,7 @@ class TaskWorkload:
         """Instances are generated: nothing to check."""
 
     def describe(self, data: TaskData) -> str:
-        t = self.spec.cfg.train
+        t = self.spec.train
         return (f"task {data.task.name} at lengths {data.task.min_length}-{data.n_max} "
                 f"(n_max: instances up to train.seq_len={t.seq_len} tokens), "
                 f"{t.batch_size} instances a step for "
@@ -244,9 +244,8 @@ class TaskWorkload:
 
     def batch(self, data: TaskData, step: int, gen: torch.Generator, rows: slice,
               device: torch.device, fixed_width: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        cfg = self.spec.cfg
         return tuple(to_device(x[rows], device) for x in task_batch(
-            data, cfg.train.batch_size, cfg.seed, step, fixed_width))
+            data, self.spec.train.batch_size, self.spec.cfg.seed, step, fixed_width))
 
     def val_loss(self, model: GPT, data: TaskData, device: torch.device) -> float:
         """Nats per answer token on VAL_INSTANCES held-out instances of length n_max."""
@@ -295,7 +294,7 @@ class TaskWorkload:
                     set_scaling(model, spec, record)
                 new = task_curve(model, data.task, pairs, t.eval_count, t.eval_seed, device,
                                  record, progress=bar.update)
-                run.write_eval([], None, tasks=new, train_seq_len=spec.cfg.train.seq_len,
+                run.write_eval([], None, tasks=new, train_seq_len=spec.train.seq_len,
                                encoding=spec.cfg.encoding.name, corpus=data.fingerprint)
                 points += new
         return points
