@@ -25,7 +25,13 @@ from posexp.config.derive import (
     train_scaling,
 )
 from posexp.config.identity import identity
-from posexp.config.schema import EvalConfig, TrainConfig
+from posexp.config.schema import (
+    EncodingConfig,
+    EvalConfig,
+    ModelConfig,
+    TaskConfig,
+    TrainConfig,
+)
 
 if typing.TYPE_CHECKING:
     from posexp.data.tasks import Task
@@ -41,6 +47,9 @@ def frozen_twin(schema: type) -> type:
 
 TrainSpec = frozen_twin(TrainConfig)
 EvalSpec = frozen_twin(EvalConfig)
+ModelSpec = frozen_twin(ModelConfig)
+EncodingGroup = frozen_twin(EncodingConfig)  # not encodings.EncodingSpec, the registry's entry
+TaskSettings = frozen_twin(TaskConfig)  # a task run's task group (``task`` is the Task)
 
 
 def frozen(schema: type, node: DictConfig) -> typing.Any:
@@ -76,8 +85,14 @@ class RunSpec:
     n_max: int | None = None  # a task run's longest training length
     task_lengths: tuple[int, ...] = ()  # a task run's lengths scored
     fine_tune: bool = False
-    train: TrainSpec | None = None  # the train group, frozen and typed
-    eval: EvalSpec | None = None  # the eval group, frozen and typed
+    # the groups the run, the model and evaluation read, frozen and typed
+    train: TrainSpec | None = None
+    eval: EvalSpec | None = None
+    model: ModelSpec | None = None
+    encoding: EncodingGroup | None = None
+    task_settings: TaskSettings | None = None
+    seed: int = 0
+    attention: str = "auto"
 
     @classmethod
     def of(cls, cfg: DictConfig) -> RunSpec:
@@ -94,7 +109,11 @@ class RunSpec:
             n_max=task_max_length(resolved) if task else None,
             task_lengths=tuple(resolved.eval.task_lengths) if task else (),
             fine_tune=OmegaConf.select(resolved, "parent.identity") is not None,
-            train=frozen(TrainConfig, resolved.train), eval=frozen(EvalConfig, resolved.eval))
+            train=frozen(TrainConfig, resolved.train), eval=frozen(EvalConfig, resolved.eval),
+            model=frozen(ModelConfig, resolved.model),
+            encoding=frozen(EncodingConfig, resolved.encoding), seed=int(resolved.seed),
+            task_settings=frozen(TaskConfig, resolved.task) if task else None,
+            attention=str(getattr(resolved.attention, "value", resolved.attention)))
 
     @property
     def is_task_run(self) -> bool:

@@ -62,7 +62,7 @@ def read_scored(run: Run) -> dict:
 
 def this_code(spec: RunSpec) -> dict:
     """The code this process scores with (runs.code_record)."""
-    return code_record(spec.cfg.encoding.get("module"))
+    return code_record(spec.encoding.module)
 
 
 def set_aside_other_code(run: Run, scored: dict, what: str) -> dict:
@@ -96,7 +96,7 @@ def check_run(run: Run, info: dict, spec: RunSpec) -> None:
     """config.yaml still holds the identity the run started with, and an encoding module of
     the user's is the source it was trained with (Run.check_identity, Run.check_code)."""
     run.check_identity(info)
-    run.check_code(info, spec.cfg.encoding.get("module"))
+    run.check_code(info, spec.encoding.module)
 
 
 def requested_points(run: Run, work: Workload, scalings: Iterable[dict | None]) -> list[dict]:
@@ -144,7 +144,7 @@ def refuse_record(run: Run, spec: RunSpec, work: Workload,
                           "cannot be scored again: restore its eval.json") from None
     wanted = missing_points(work, scalings, scored)
     if wanted:
-        mode = "" if spec.is_task_run else f"{EvalMode(spec.cfg.eval.mode).value} "
+        mode = "" if spec.is_task_run else f"{EvalMode(spec.eval.mode).value} "
         run.require_checkpoint(
             f"scoring the {sum(len(items) for _, items in wanted)} {mode}{work.what}(s) "
             f"{wanted_text(wanted, getattr(work, 'item_text', str))} that eval.json lacks")
@@ -226,7 +226,7 @@ def evaluate_dir(path: Path, spec: RunSpec) -> None:
         check_protocol(run, info, "scoring it again")
         device = pick_device(spec.cfg, training=False)
         if spec.is_task_run:
-            t = spec.cfg.task
+            t = spec.task_settings
             score_missing(run, spec, device, info, spec.scalings, header=(
                 f"posexp eval: {path}: task {t.name}, {t.eval_count} held-out instances "
                 f"(eval seed {t.eval_seed}) at length "
@@ -236,7 +236,7 @@ def evaluate_dir(path: Path, spec: RunSpec) -> None:
 
 
 def corpus_header(path: Path, spec: RunSpec, device: torch.device) -> str:
-    e = spec.cfg.eval
+    e = spec.eval
     stride = "" if EvalMode(e.mode) == EvalMode.nonoverlapping else (
         f", stride {e.stride}" if e.stride else ", stride half of each window")
     n = len(spec.scalings)

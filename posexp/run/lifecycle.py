@@ -64,7 +64,7 @@ def run(spec: RunSpec, progress: bool = True, group: str | None = None) -> str:
 
 def _run_locked(spec: RunSpec, device: torch.device, world: World, progress: bool,
                 group: str | None) -> str:
-    run, resume = Run(spec.path), spec.cfg.train.resume
+    run, resume = Run(spec.path), spec.train.resume
     previous = existing(run, spec) if resume else None
     barrier(world)  # every process has read the directory before rank 0 changes it
     if not resume and (spec.path / RUN).exists() and world.main:
@@ -95,7 +95,7 @@ def existing(run: Run, spec: RunSpec) -> dict | None:
         raise UsageError(f"{run.path} holds a run of another identity ({shown}); choose "
                          "another run_name= or experiment=, or add train.resume=false to move "
                          f"that run aside to {run.path.parent / '.replaced'}/ and train this one")
-    run.check_code(info, spec.cfg.encoding.get("module"))
+    run.check_code(info, spec.encoding.module)
     if info["status"] != "completed":
         check_protocol(run, info, "resuming it")
     return info
@@ -117,7 +117,7 @@ def _starting_state(spec: RunSpec, run: Run, same: bool, model, vocab: int,
             aside = run.move_aside()
             print(f"posexp: warning: {spec.path}: cannot resume ({str(e).splitlines()[0]}); "
                   f"the attempt was moved aside to {aside}, starting afresh", file=sys.stderr)
-        torch.manual_seed(spec.cfg.seed)
+        torch.manual_seed(spec.seed)
         return build_model(spec, vocab).to(device), None
 
 

@@ -43,7 +43,7 @@ def check_numerics(spec: RunSpec, device: torch.device) -> None:
     """The run trains on the kind of device and in the numerics its identity says
     (train.device_kind, train.precision): a GPU preset's bf16 run is not trained in fp32 on
     a CPU under the GPU run's identity, nor the other way round.  One line when not."""
-    t = spec.cfg.train
+    t = spec.train
     kind, precision = str(t.device_kind), str(getattr(t.precision, "value", t.precision))
     if device.type != kind:
         raise UsageError(f"train.device_kind={kind}, but this run would train on {device}; "
@@ -64,14 +64,13 @@ def allow_tf32(device: torch.device) -> None:
 def build_model(spec: RunSpec, vocab_size: int) -> GPT:
     """The model of a run, RoPE scaled as a fine-tune with encoding.scaling trains and
     scores it."""
-    cfg, m = spec.cfg, spec.cfg.model
-    import_custom_encoding(cfg)  # an encoding from outside posexp's source
+    m, e = spec.model, spec.encoding
+    import_custom_encoding(spec.cfg)  # an encoding from outside posexp's source
     model = GPT(GPTConfig(
         vocab_size=vocab_size, d_model=m.d_model, n_layer=m.n_layer, n_head=m.n_head,
-        d_ff=m.d_ff, encoding=cfg.encoding.name, max_positions=cfg.encoding.max_positions,
-        base=cfg.encoding.base, dropout=m.dropout, tie_weights=m.tie_weights,
-        init=Init(m.init).value,
-        attention=Attention(cfg.attention).value,
+        d_ff=m.d_ff, encoding=e.name, max_positions=e.max_positions, base=e.base,
+        dropout=m.dropout, tie_weights=m.tie_weights, init=Init(m.init).value,
+        attention=Attention(spec.attention).value,
         encoding_hparams=spec.encoding_hparams))
     if spec.train_scaling is not None:
         set_scaling(model, spec, spec.train_scaling)

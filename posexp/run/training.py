@@ -271,7 +271,7 @@ class Loop:
         if self.compiled:
             self.step_model = torch.compile(self.step_model)
         self.opt = make_optimizer(model, t, device)
-        self.gen = torch.Generator().manual_seed(spec.cfg.seed)
+        self.gen = torch.Generator().manual_seed(spec.seed)
         self.first_step, self.last, self.seconds_before = 0, {"loss": float("nan")}, 0.0
         self.initial_loss: float | None = None  # the first step's, to tell a run that learned
         self.start = time.perf_counter()
@@ -308,7 +308,7 @@ class Loop:
         positions = None
         if t.random_positions is not None:
             positions = random_positions(t.batch_size, inputs.shape[1], t.random_positions,
-                                         self.spec.cfg.seed, step)[self.rows].to(self.device)
+                                         self.spec.seed, step)[self.rows].to(self.device)
         with autocast(self.device):
             loss = self.step_model(inputs, targets, positions)
         loss.backward()
@@ -390,7 +390,7 @@ def fit(model: GPT, workload, data, spec: RunSpec, run: Run | None, sink: Sink,
         note_rounding(t, plan)
     model.train()
     bar = Progress(plan.total_steps * plan.tokens_per_step, "tok",
-                   f"{spec.cfg.encoding.name} L={t.seq_len}", progress and world.main,
+                   f"{spec.encoding.name} L={t.seq_len}", progress and world.main,
                    initial=loop.first_step * plan.tokens_per_step, watch_stop=False,
                    unit_scale=True)
     loop.start = time.perf_counter()

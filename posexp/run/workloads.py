@@ -209,7 +209,7 @@ class CorpusWorkload:
                     progress=bar.update, rope_scaling=record)
                 run.write_eval(points, per_position, spans=(spans.id, self.layout(corpus, spans)),
                                train_seq_len=spec.train.seq_len,
-                               encoding=spec.cfg.encoding.name, corpus=corpus.fingerprint)
+                               encoding=spec.encoding.name, corpus=corpus.fingerprint)
                 if record is None:
                     sink.log_eval(points, per_position)
                 curve += points
@@ -245,20 +245,20 @@ class TaskWorkload:
     def batch(self, data: TaskData, step: int, gen: torch.Generator, rows: slice,
               device: torch.device, fixed_width: bool) -> tuple[torch.Tensor, torch.Tensor]:
         return tuple(to_device(x[rows], device) for x in task_batch(
-            data, self.spec.train.batch_size, self.spec.cfg.seed, step, fixed_width))
+            data, self.spec.train.batch_size, self.spec.seed, step, fixed_width))
 
     def val_loss(self, model: GPT, data: TaskData, device: torch.device) -> float:
         """Nats per answer token on VAL_INSTANCES held-out instances of length n_max."""
         with evaluating(model):
             return answer_loss(model, heldout(data.task, data.n_max, VAL_INSTANCES,
-                                              self.spec.cfg.task.eval_seed), device)
+                                              self.spec.task_settings.eval_seed), device)
 
     def requested(self, scalings: Iterable[dict | None],
                   scored: dict | None = None) -> dict[tuple, Want]:
         """task_point_key -> want of each task point the config asks for: every task length
         (and for passkey every depth) with each scaling, on task.eval_count instances of
         task.eval_seed."""
-        t, task = self.spec.cfg.task, self.spec.task
+        t, task = self.spec.task_settings, self.spec.task
         depths = [float(d) for d in t.depths] if task.takes_depth else [None]
         return {task_point_key({"task": task.name, "length": n, "depth": d,
                                 "count": t.eval_count, "eval_seed": t.eval_seed,
@@ -285,7 +285,7 @@ class TaskWorkload:
               wanted: Wanted, progress: bool = True) -> list[dict]:
         """The task points of ``wanted``, each scaling's written to eval.json as soon as they
         are scored; the model is put back as trained."""
-        spec, t = self.spec, self.spec.cfg.task
+        spec, t = self.spec, self.spec.task_settings
         points = []
         with _bar(sum(len(pairs) for _, pairs in wanted), "pt", f"scoring {t.name}",
                   progress) as bar, _scaled(model, spec, wanted):
@@ -295,7 +295,7 @@ class TaskWorkload:
                 new = task_curve(model, data.task, pairs, t.eval_count, t.eval_seed, device,
                                  record, progress=bar.update)
                 run.write_eval([], None, tasks=new, train_seq_len=spec.train.seq_len,
-                               encoding=spec.cfg.encoding.name, corpus=data.fingerprint)
+                               encoding=spec.encoding.name, corpus=data.fingerprint)
                 points += new
         return points
 
