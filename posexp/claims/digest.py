@@ -28,16 +28,23 @@ REPORT_FILES = ("summary.md", "verdicts.md")
 
 def digest(verdicts: dict) -> str:
     """A report's verdicts as the documentation tables them: each claim as numbered in its
-    report, what was measured with its interval, and the verdict (and Holm's, where the
-    correction changes it)."""
-    lines = ["| claim | measured (95% interval) | verdict |", "|---|---|---|"]
-    for v in verdicts["verdicts"]:
-        verdict = v["verdict"] if v["verdict"] == HOLDS else f"**{v['verdict']}**"
-        holm = v.get("holm")
-        if holm and holm != v["verdict"]:
-            verdict += f" (after Holm: {holm})"
-        lines.append(f"| {v['claim']} | {v['measured']} | {verdict} |")
+    report, what was measured with its interval, the verdict, and where the report has
+    them, the verdict after Holm's correction and its stability across training budgets."""
+    rows = verdicts["verdicts"]
+    holm = any(v.get("holm") for v in rows)
+    budget = any(v.get("budget") for v in rows)
+    lines = ["| claim | measured (95% interval) | verdict |" + " Holm |" * holm
+             + " budgets |" * budget, "|---|---|---|" + "---|" * (holm + budget)]
+    for v in rows:
+        cells = [v["claim"], v["measured"], bold(v["verdict"])]
+        cells += [bold(v.get("holm") or "—")] * holm + [v.get("budget") or "—"] * budget
+        lines.append(f"| {' | '.join(cells)} |")
     return "\n".join(lines)
+
+
+def bold(verdict: str) -> str:
+    """A verdict as the tables print it: holds plain, anything else in bold."""
+    return verdict if verdict in (HOLDS, "—") else f"**{verdict}**"
 
 
 def regenerate(text: str, root: Path) -> str:
