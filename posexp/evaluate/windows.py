@@ -237,6 +237,37 @@ def point(mode: str, length: int, stride: int, spans: Spans,
     }
 
 
+def curve_windows(wanted: list[tuple[dict | None, list[int]]], scoring: Scoring, spans: Spans,
+                  max_positions: int | None) -> int:
+    """The windows ``score_curves`` scores for ``wanted``: a progress bar's total."""
+    return sum(count_windows(lengths, scoring, spans, max_positions,
+                             per_position=record is None) for record, lengths in wanted)
+
+
+def score_curves(model: GPT, val: np.ndarray, wanted: list[tuple[dict | None, list[int]]],
+                 scoring: Scoring, spans: Spans, device: torch.device,
+                 token_bytes: np.ndarray | None,
+                 rescale: Callable[[dict | None], None],
+                 write: Callable[[dict | None, list[dict], dict | None], None],
+                 progress: Callable[[int], None] | None = None) -> list[dict]:
+    """The curve of each RoPE scaling of ``wanted`` -- (record, lengths), None the model as
+    it is -- on ``spans``: ``rescale(record)`` makes the model score with it, and
+    ``write(record, points, per_position)`` keeps each scaling's points as soon as they are
+    scored.  The one scoring loop of a trained run and of a pretrained model; the caller
+    puts the model back afterwards."""
+    curve = []
+    for record, lengths in wanted:
+        rescale(record)
+        if not lengths:
+            continue
+        points, per_position = extrapolation_curve(
+            model, val, lengths, scoring, spans, device, token_bytes, progress=progress,
+            rope_scaling=record)
+        write(record, points, per_position)
+        curve += points
+    return curve
+
+
 def extrapolation_curve(
     model: GPT,
     val: np.ndarray,

@@ -26,9 +26,8 @@ from posexp.errors import UsageError
 from posexp.evaluate.windows import (
     Scoring,
     check_val_size,
-    count_windows,
-    extrapolation_curve,
-    window_stride,
+    curve_windows,
+    score_curves,
 )
 from posexp.pretrained import passkey
 from posexp.pretrained.config import scalings
@@ -36,6 +35,7 @@ from posexp.pretrained.model import PretrainedLM
 from posexp.pretrained.rope import Rescaler
 from posexp.pretrained.source import TOKENIZER, Source
 from posexp.run.tables import format_curve, format_tasks
+from posexp.run.workloads import curve_wants
 from posexp.runs import Run, point_key, task_point_key
 from posexp.spans import Spans
 
@@ -95,10 +95,9 @@ def missing(cfg: DictConfig, scored: dict, spans: Spans) -> list[Missing]:
     have = {point_key(p) for p in scored["curve"]} | {task_point_key(p) for p in scored["tasks"]}
     out = []
     for record in scalings(cfg):
-        lengths = [
-            L for L in e.lengths if point_key({
-                "mode": mode, "length": L, "stride": window_stride(L, mode, e.stride),
-                "spans": spans.id, "tokens": spans.tokens, "rope_scaling": record}) not in have]
+        lengths = [L for key, (_, L) in curve_wants(mode, e.stride, e.lengths, spans.id,
+                                                   spans.tokens, [record]).items()
+                   if key not in have]
         cells = [] if task is None else [
             (n, float(d)) for n in task.lengths for d in task.depths if task_point_key({
                 "task": passkey.PASSKEY, "length": n, "depth": float(d),
@@ -125,22 +124,21 @@ def score(lm: PretrainedLM, tokenizer, run: Run, cfg: DictConfig, corpus: Corpus
     eval.json as they come; the model is put back as published at the end."""
     scoring, rescaler = Scoring.of(cfg.eval), Rescaler(lm)
     task = cfg.eval.task
-    total = sum(count_windows(m.lengths, scoring, spans, lm.max_positions,
-                              per_position=m.record is None) for m in todo if m.lengths) \
-        + sum(len(m.cells) for m in todo)
+    total = curve_windows([(m.record, m.lengths) for m in todo], scoring, spans,
+                          lm.max_positions) + sum(len(m.cells) for m in todo)
     fields = {"train_seq_len": cfg.train.seq_len, "encoding": cfg.encoding.name}
     prompter = passkey.Prompter(tokenizer) if task is not None else None
+
+    def write(record: dict | None, points: list[dict], per_position: dict | None) -> None:
+        run.write_eval(points, per_position, spans=(spans.id, spans.record()),
+                       corpus=corpus.fingerprint, **fields)
+
     with tqdm(total=total, unit="step", desc=f"scoring {cfg.encoding.name}", leave=False,
               dynamic_ncols=True, disable=None if progress else True, file=sys.stderr) as bar:
         try:
-            for m in todo:
-                rescaler.set(m.record)
-                if m.lengths:
-                    points, per_position = extrapolation_curve(
-                        lm, corpus.val, m.lengths, scoring, spans, device, corpus.token_bytes,
-                        progress=bar.update, rope_scaling=m.record)
-                    run.write_eval(points, per_position, spans=(spans.id, spans.record()),
-                                   corpus=corpus.fingerprint, **fields)
+            for m in todo:  # the curve, then passkey, of each scaling: one rescaling each
+                score_curves(lm, corpus.val, [(m.record, m.lengths)], scoring, spans, device,
+                             corpus.token_bytes, rescaler.set, write, progress=bar.update)
                 for n, d in m.cells:  # each written as it comes: the slow part on a GPU
                     p = passkey.point(n, d, task.eval_count, task.eval_seed, task.digits,
                                       m.record)

@@ -12,7 +12,7 @@ corpus length or a task's (length, depth); ``group`` gathers wants by scaling.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -27,8 +27,8 @@ from posexp.evaluate.tasks import answer_loss, task_curve
 from posexp.evaluate.windows import (
     Scoring,
     check_val_size,
-    count_windows,
-    extrapolation_curve,
+    curve_windows,
+    score_curves,
     score_windows,
     scored_spans,
     span_windows,
@@ -104,6 +104,18 @@ def task_batch(data: TaskData, batch_size: int, seed: int, step: int,
     return torch.from_numpy(inputs), torch.from_numpy(targets)
 
 
+def curve_wants(mode: str | EvalMode, stride: int | None, lengths: Iterable[int],
+                spans_id: str, tokens: int,
+                scalings: Iterable[dict | None]) -> dict[tuple, Want]:
+    """eval.json key -> want of each curve point at ``lengths`` with each scaling, in
+    ``mode`` (and ``stride``) on the spans ``spans_id`` of ``tokens`` targets: what a trained
+    run and a pretrained model look up in their eval.json alike."""
+    mode = EvalMode(mode).value
+    return {point_key({"mode": mode, "length": L, "spans": spans_id, "tokens": tokens,
+                       "rope_scaling": record, "stride": window_stride(L, mode, stride)}):
+            (record, L) for record in scalings for L in lengths}
+
+
 class CorpusWorkload:
     """Windows of a corpus; scored by perplexity on the same validation tokens at every
     length."""
@@ -172,11 +184,8 @@ class CorpusWorkload:
                if sum(record["length"]) == e.tokens]
         if len(ids) != 1:
             return None
-        mode = EvalMode(e.mode).value
-        return {point_key({"mode": mode, "length": L, "spans": ids[0], "tokens": e.tokens,
-                           "rope_scaling": record,
-                           "stride": window_stride(L, mode, e.stride)}): (record, L)
-                for record in scalings for L in self.spec.eval_lengths}
+        return curve_wants(e.mode, e.stride, self.spec.eval_lengths, ids[0], e.tokens,
+                           scalings)
 
     def every(self, scalings: Iterable[dict | None]) -> Wanted:
         return [(record, list(self.spec.eval_lengths)) for record in scalings]
@@ -194,26 +203,21 @@ class CorpusWorkload:
         """The curve of every scaling and lengths of ``wanted``, each scaling's points written
         to eval.json as soon as they are scored; the model is put back as trained."""
         spec = self.spec
-        scoring = Scoring.of(spec.eval)
-        spans = self.spans(corpus)
-        total = sum(count_windows(lengths, scoring, spans, model.max_positions,
-                                  per_position=record is None) for record, lengths in wanted)
-        curve = []
-        with _bar(total, "win", f"scoring {scoring.mode}", progress) as bar, \
-                _scaled(model, spec, wanted):
-            for record, lengths in wanted:
-                if record is not None:
-                    set_scaling(model, spec, record)
-                points, per_position = extrapolation_curve(
-                    model, corpus.val, lengths, scoring, spans, device, corpus.token_bytes,
-                    progress=bar.update, rope_scaling=record)
-                run.write_eval(points, per_position, spans=(spans.id, self.layout(corpus, spans)),
-                               train_seq_len=spec.train.seq_len,
-                               encoding=spec.encoding.name, corpus=corpus.fingerprint)
-                if record is None:
-                    sink.log_eval(points, per_position)
-                curve += points
-        return curve
+        scoring, spans = Scoring.of(spec.eval), self.spans(corpus)
+        layout = (spans.id, self.layout(corpus, spans))
+
+        def write(record: dict | None, points: list[dict], per_position: dict | None) -> None:
+            run.write_eval(points, per_position, spans=layout,
+                           train_seq_len=spec.train.seq_len, encoding=spec.encoding.name,
+                           corpus=corpus.fingerprint)
+            if record is None:
+                sink.log_eval(points, per_position)
+
+        with _bar(curve_windows(wanted, scoring, spans, model.max_positions), "win",
+                  f"scoring {scoring.mode}", progress) as bar, _scaled(model, spec, wanted):
+            return score_curves(
+                model, corpus.val, wanted, scoring, spans, device, corpus.token_bytes,
+                _rescaler(model, spec, wanted), write, progress=bar.update)
 
     def table(self, points: list[dict], corpus_tokenizer: str | None) -> str:
         return format_curve(points, self.spec.train.seq_len, str(self.spec.path),
@@ -289,9 +293,9 @@ class TaskWorkload:
         points = []
         with _bar(sum(len(pairs) for _, pairs in wanted), "pt", f"scoring {t.name}",
                   progress) as bar, _scaled(model, spec, wanted):
+            rescale = _rescaler(model, spec, wanted)
             for record, pairs in wanted:
-                if record is not None:
-                    set_scaling(model, spec, record)
+                rescale(record)
                 new = task_curve(model, data.task, pairs, t.eval_count, t.eval_seed, device,
                                  record, progress=bar.update)
                 run.write_eval([], None, tasks=new, train_seq_len=spec.train.seq_len,
@@ -313,6 +317,15 @@ def workload_of(spec: RunSpec) -> Workload:
 def _bar(total: int, unit: str, desc: str, progress: bool) -> Progress:
     # a bar on a terminal, plain lines elsewhere; it also hands on a sweep's stop request
     return Progress(total, unit, desc, progress, leave=False)
+
+
+def _rescaler(model: GPT, spec: RunSpec, wanted: Wanted) -> Callable[[dict | None], None]:
+    """What sets ``model`` to score each scaling of ``wanted``: None puts it back as trained
+    (a plain point scored after a scaled one is the model's own); nothing to set when
+    ``wanted`` holds no scaling (an encoding without RoPE has none to set)."""
+    if all(record is None for record, _ in wanted):
+        return lambda record: None
+    return lambda record: set_scaling(model, spec, record)
 
 
 @contextlib.contextmanager

@@ -76,6 +76,22 @@ def test_eval_scores_every_variant_in_one_process_on_the_same_tokens(trained, po
     assert len(read_json(run / "eval.json")["curve"]) == len(curve)
 
 
+def test_a_plain_point_scored_after_a_scaled_one_is_the_run_as_trained(trained, posexp_here,
+                                                                       tmp_path):
+    """eval.rope_scaling=linear,plain scores PI first: the plain points after it are the
+    run's own, as train scored them (they were PI's, labelled plain, before the fix)."""
+    done, trained_run = trained("rope")
+    assert done.returncode == 0, done.stderr
+    run = copy_run(trained_run, tmp_path / "out")
+    before = {p["length"]: p["block_loss"] for p in read_json(run / "eval.json")["curve"]}
+    r = posexp_here("eval", str(run), "eval.rope_scaling=linear,plain",
+                    "eval.rope_scaling.factor=4")
+    assert r.returncode == 0, r.stderr
+    by = {(point_scaling(p), p["length"]): p for p in read_json(run / "eval.json")["curve"]}
+    assert {L: by[(None, L)]["block_loss"] for L in LENGTHS} == before
+    assert by[(scaled("linear", 4), 16)]["loss"] != by[(None, 16)]["loss"]
+
+
 def test_eval_json_without_scalings_reads_as_the_run_as_trained(trained, posexp_here,
                                                                 tmp_path):
     _, trained_run = trained("rope")
