@@ -17,7 +17,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from posexp.campaign import Campaign, read_info
 from posexp.claims.base import HOLDS, Verdict, correct
-from posexp.claims.budgets import at_budget, budget_groups, budgets, judged_at_budgets
+from posexp.claims.budgets import (
+    at_budget,
+    budget_groups,
+    budgets,
+    judged_at_budgets,
+    tokens_text,
+)
 from posexp.claims.campaign import (
     COMMAND,
     Pending,
@@ -189,12 +195,13 @@ def reproduce(name: str, results_dir: Path, config_dir: str | None = None,
             r = RunResult(path, {"status": "not started", "reason": failed[path]})
         results.append(r)
     runs, not_done = split(results)
-    write_report(runs, not_done, out, f"posexp reproduce --preset {name}",
-                 task_metrics=judged_metrics(preset))
+    main = int(configs[0].train.tokens)
+    write_budget_reports(runs, not_done, out, name, preset, main,
+                         {p: int(c.train.tokens) for c, p in zip(configs, paths, strict=True)})
     # a run that failed after it completed (scoring its sliding points) is in the report, but
     # its claims are not measured
     rows = verdicts([r for r in runs if r.path not in failed], preset, n_tokens.pop(),
-                    [what for _, what in pending.values()], int(configs[0].train.tokens))
+                    [what for _, what in pending.values()], main)
     write_verdicts(out, name, preset, claim_set, sections, rows, runs, failed, seeds, made)
     print(f"\n{terminal_verdicts(rows)}\n\nreport: {out}")
     end_campaign(campaign, pending, failed, len(configs) + len(tunes))
@@ -202,6 +209,24 @@ def reproduce(name: str, results_dir: Path, config_dir: str | None = None,
         raise PosexpError(f"{len(failed)} of {len(configs) + len(tunes)} runs failed; their "
                           "claims are not measured")
     return rows
+
+
+def write_budget_reports(runs: list[RunResult], not_done: list[RunResult], out: Path,
+                         name: str, preset: DictConfig, main: int,
+                         tokens_of: dict[Path, int]) -> None:
+    """The report of the runs at the preset's own budget in ``out``, and of each other
+    budget's (budgets:) in ``out``/tokens-<budget>: one figure never mixes the budgets the
+    verdicts judge apart.  ``main`` is the preset's own budget, and ``tokens_of`` each
+    planned run's (a fine-tune's is the main one)."""
+    for tokens in [main, *budgets(preset)]:
+        here = at_budget(runs, tokens, main)
+        pending = [r for r in not_done if tokens_of.get(r.path, main) == tokens]
+        if here or pending:
+            write_report(here, pending, out if tokens == main else
+                         out / f"tokens-{tokens_text(tokens)}",
+                         f"posexp reproduce --preset {name}" + (
+                             "" if tokens == main else f" ({tokens_text(tokens)}-token budget)"),
+                         task_metrics=judged_metrics(preset))
 
 
 def judged_metrics(preset: DictConfig) -> tuple[str, ...]:

@@ -1,7 +1,7 @@
 """A committed claims report is what its committed run records give: on a copy of the records
 alone (what git holds: no checkpoint), ``posexp reproduce --preset NAME`` trains nothing and
-writes the report again byte for byte -- tables, verdicts and every figure -- but for the
-hashes of the code that wrote it, which change with any commit."""
+writes the report again byte for byte -- tables, verdicts and every figure, each budget's in
+its folder -- but for the hashes of the code that wrote it, which change with any commit."""
 
 import json
 import re
@@ -57,8 +57,8 @@ def test_a_committed_report_is_regenerated_byte_for_byte(report, tmp_path, cache
     pending = r.returncode == TIME_LIMIT_EXIT
     assert ("pending (" in (report / "verdicts.md").read_text()) == pending
     again = tmp_path / "results" / report.relative_to(RESULTS)
-    files = sorted(p.name for p in report.iterdir())
-    assert sorted(p.name for p in again.iterdir()) == files
-    differ = [name for name in files
+    files = sorted(p.relative_to(report) for p in report.rglob("*") if p.is_file())
+    assert sorted(p.relative_to(again) for p in again.rglob("*") if p.is_file()) == files
+    differ = [str(name) for name in files
               if without_writer(report / name) != without_writer(again / name)]
     assert differ == [], f"{report.relative_to(REPO)}: regenerated differently: {differ}"

@@ -10,9 +10,9 @@ from posexp.claims import verdicts
 from posexp.claims.base import FAILS, HOLDS
 from posexp.claims.budgets import budget_groups, tokens_text
 from posexp.claims.campaign import Pending
-from posexp.claims.suite import verdict_table
+from posexp.claims.suite import verdict_table, write_budget_reports
 from posexp.config import compose
-from posexp.runs import load_runs
+from posexp.runs import load_run, load_runs, split_runs
 from tests.unit.test_reproduce import CLAIM_RUNS, EXPECTED, PRESET, by_number, curve, make_run
 
 HALF = 24576  # another budget than the composed default's
@@ -103,3 +103,23 @@ def test_a_budget_that_is_not_a_positive_token_count_is_refused(tmp_path, bad):
     with pytest.raises(UsageError, match=r"p.yaml: budgets must be a list of positive integers "
                                          r"\(train.tokens\), got "):
         load_preset(str(tmp_path / "p.yaml"))
+
+
+def test_each_budget_gets_its_own_report(tmp_path, main_tokens):
+    """The main budget's figures and tables never hold the other budget's runs: those go to
+    report/tokens-<budget>, a pending run to the report of its own budget."""
+    preset = OmegaConf.merge(PRESET, {"budgets": [HALF]})
+    runs_at(tmp_path / "exp", main_tokens)
+    runs_at(tmp_path / "exp", HALF)
+    runs, not_done = split_runs(load_runs(tmp_path / "exp")[0])
+    missing = tmp_path / "exp" / "rope-L16-s1-T24576"
+    tokens_of = {r.path: int(r.identity["train.tokens"]) for r in runs} | {missing: HALF}
+    out = tmp_path / "exp" / "report"
+    write_budget_reports(runs, [*not_done, load_run(missing)], out, "p", preset, main_tokens,
+                         tokens_of)
+    main_table = (out / "summary.md").read_text()
+    half_table = (out / f"tokens-{tokens_text(HALF)}" / "summary.md").read_text()
+    assert f"-T{HALF}" not in main_table and f"-T{main_tokens}" in main_table
+    assert f"-T{main_tokens}" not in half_table and str(missing) in half_table
+    assert (out / f"tokens-{tokens_text(HALF)}" / "extrapolation_nonoverlapping.png").is_file()
+    assert "(24,576-token budget)" in half_table
