@@ -16,7 +16,7 @@ from posexp.cli.args import Args
 from posexp.config import CONFIG_DIR, GROUPS, compose_overrides
 from posexp.config.compose import group_options
 from posexp.config.derive import resolve
-from posexp.errors import UsageError
+from posexp.errors import UsageError, flat
 
 
 def encodings_text() -> str:
@@ -41,7 +41,14 @@ def print_hydra(cfg: DictConfig, hydra: DictConfig, whole: bool, package: str | 
     """--cfg hydra (Hydra's part of the composed config) or --cfg all (the run's config with
     it); --package KEY prints one part, --resolve its interpolations resolved."""
     shown = OmegaConf.create({**OmegaConf.to_container(resolve(cfg)),
-                              **OmegaConf.to_container(hydra)}) if whole else hydra
+                              **OmegaConf.to_container(hydra)})
+    if resolve_all:  # against the whole config: Hydra's part names the run's keys
+        try:
+            OmegaConf.resolve(shown)
+        except Exception as e:
+            raise UsageError(f"--resolve: {flat(str(e)).split(' full_key:')[0]}") from None
+    if not whole:
+        shown = OmegaConf.create({"hydra": shown.hydra})
     if package:
         node = OmegaConf.select(shown, package, default=None)
         if node is None:
@@ -49,7 +56,7 @@ def print_hydra(cfg: DictConfig, hydra: DictConfig, whole: bool, package: str | 
         typer.echo(f"# @package {package}")
         shown = node if isinstance(node, DictConfig) else OmegaConf.create(
             {package.rsplit(".", 1)[-1]: node})
-    typer.echo(OmegaConf.to_yaml(shown, resolve=resolve_all).rstrip())
+    typer.echo(OmegaConf.to_yaml(shown).rstrip())
 
 
 class Command(TyperCommand):

@@ -116,6 +116,10 @@ def test_a_config_is_composed_once(posexp_here, tmp_path, monkeypatch):
     r = posexp_here("train", "--cfg", "hydra", "hydra.job.chdir=false")
     shown = yaml.safe_load(r.stdout)["hydra"]
     assert shown["run"]["dir"] == "." and "help" not in shown and "hydra_help" not in shown
+    # --resolve reads Hydra's part against the whole config, whose keys it names
+    r = posexp_here("train", "--cfg", "hydra", "--resolve", "--package", "hydra.sweep")
+    assert yaml.safe_load(r.stdout) == {"dir": "results/default", "subdir": "rope-L64-s0"}, \
+        r.stderr
 
 
 def test_config_dir_adds_an_encoding_variant(posexp_here, tmp_path):
