@@ -62,11 +62,11 @@ def judged_at_budgets(judge: Callable[[int], list[Verdict]], main: int,
         seen = {b: elsewhere[b][i] for b in others}
         detail = "; ".join(f"{tokens_text(b)}: {w.verdict}"
                            + ("" if w.holm == w.verdict else f", after Holm {w.holm}")
-                           for b, w in seen.items())
+                           for b, w in {main: v, **seen}.items())
         if any(x.verdict not in JUDGED for x in (v, *seen.values())):
             word = UNCOMPARED  # a budget whose runs are missing says nothing of stability
         else:
             same = all((w.verdict, w.holm) == (v.verdict, v.holm) for w in seen.values())
             word = STABLE if same else DEPENDENT
-        out.append(replace(v, budget=f"{word} ({tokens_text(main)}: {v.verdict}; {detail})"))
+        out.append(replace(v, budget=f"{word} ({detail})"))
     return out
