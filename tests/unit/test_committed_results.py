@@ -34,8 +34,7 @@ DOCUMENTS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 # Reports written before verdicts.json recorded its preset's hash and code (and, for the
 # cpu suite, before claims were numbered in table order).  Regenerate one with
 # `posexp reproduce --preset NAME` and take it off: the test then holds it to its preset.
-PREDATE = {"reproduce-cpu/report", "reproduce-cpu/report-encodings", "reproduce-tasks/report",
-           "rope-scaling-cpu/report"}
+PREDATE: set[str] = set()
 NUMBERED = re.compile(r"^\| (\d+)\. ", re.M)
 
 
@@ -151,26 +150,26 @@ def test_documents_quote_their_reports_exactly():
             f"{doc.name}: a verdicts section differs from its report: "
             f"python -m posexp.claims.digest {doc.relative_to(REPO)}")
         assert unquoted(text, REPO) == [], doc.name
-    assert "<!-- verdicts: results/reproduce-cpu/report -->" in (
+    assert "<!-- verdicts: results/cpu-L128/report -->" in (
         REPO / "docs" / "claims.md").read_text()
 
 
 def test_a_hand_edited_number_fails(tmp_path):
     text = (REPO / "docs" / "claims.md").read_text()
-    # in a generated verdicts table: claim 1's 2.887
-    table = text.replace("= 2.887 [2.688, 3.101]", "= 2.897 [2.688, 3.101]", 1)
+    # in a generated verdicts table: claim 1's 7.028
+    table = text.replace("= 7.028 [6.163, 8.014]", "= 7.029 [6.163, 8.014]", 1)
     assert table != text and regenerate(table, REPO) == text
-    # in a numbers paragraph: sinusoidal's ppl(L) of 7.062
-    prose = text.replace("7.062 against 7.011", "7.069 against 7.011", 1)
+    # in a numbers paragraph: NoPE's 1.424 times the best encoding's ppl(L)
+    prose = text.replace("(1.424 times", "(1.429 times", 1)
     assert prose != text
-    assert unquoted(prose, REPO) == ["results/reproduce-cpu/report: 7.069"]
+    assert unquoted(prose, REPO) == ["results/cpu-L128/report: 1.429"]
     # a number rounded from the report's is its own; one rounded wrongly is not
-    assert unquoted("<!-- numbers: results/reproduce-cpu/report -->\n7.06, 7.1, 7.07\n",
-                    REPO) == ["results/reproduce-cpu/report: 7.07"]
+    assert unquoted("<!-- numbers: results/cpu-L128/report -->\n7.03, 7.0, 7.02\n",
+                    REPO) == ["results/cpu-L128/report: 7.02"]
 
 
 def test_digest_writes_the_sections_again(tmp_path, monkeypatch):
-    edited = (REPO / "docs" / "claims.md").read_text().replace("= 2.887 [", "= 9.999 [", 1)
+    edited = (REPO / "docs" / "claims.md").read_text().replace("= 7.028 [", "= 9.999 [", 1)
     doc = tmp_path / "claims.md"
     doc.write_text(edited)
     monkeypatch.chdir(REPO)
