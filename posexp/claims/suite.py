@@ -196,8 +196,10 @@ def reproduce(name: str, results_dir: Path, config_dir: str | None = None,
         results.append(r)
     runs, not_done = split(results)
     main = int(configs[0].train.tokens)
+    # paths: the configs' runs, then the fine-tunes' (whose budget is the main one)
     write_budget_reports(runs, not_done, out, name, preset, main,
-                         {p: int(c.train.tokens) for c, p in zip(configs, paths, strict=True)})
+                         {p: int(c.train.tokens) for c, p in zip(configs, paths[:len(configs)],
+                                                                 strict=True)})
     # a run that failed after it completed (scoring its sliding points) is in the report, but
     # its claims are not measured
     rows = verdicts([r for r in runs if r.path not in failed], preset, n_tokens.pop(),

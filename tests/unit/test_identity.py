@@ -165,7 +165,7 @@ def test_validation_loss_is_computed_without_dropout():
 
     cfg = OmegaConf.create({"train": {"val_tokens": 512, "seq_len": 16},
                             "eval": {"batch_tokens": 256}})
-    work = CorpusWorkload(SimpleNamespace(cfg=cfg))
+    work = CorpusWorkload(SimpleNamespace(cfg=cfg, train=cfg.train, eval=cfg.eval))
     a, b = (work.val_loss(model, Tiny, torch.device("cpu")) for _ in range(2))
     assert a == b and model.training  # deterministic, and training mode is restored
     # it is the nonoverlapping loss at the training length on spans of train.val_tokens
