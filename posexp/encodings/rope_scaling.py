@@ -16,10 +16,10 @@ of the window being scored.  The formulas are those of transformers'
 - ``yarn`` (Peng et al., ICLR 2024, arXiv:2309.00071, sec. 3.2 "NTK-by-parts" and 3.4;
   ``_compute_yarn_parameters``):
   pairs that turn more than beta_fast times over L keep theta_i, pairs that turn fewer than
-  beta_slow times get theta_i / s, and a linear ramp over the pair index joins the two; the
-  ramp's ends (``find_correction_range``) are rounded outwards (floor, ceil) as transformers
-  and the paper's code do.  cos and sin are multiplied by mscale = 0.1 ln s + 1 (the paper's
-  sqrt(1/t)), so every score q.k is multiplied by mscale^2.
+  beta_slow times get theta_i / s, and a linear ramp over the pair index joins the two
+  (``posexp.scaling.yarn_ramp``, which the report's band shares read too).  cos and sin are
+  multiplied by mscale = 0.1 ln s + 1 (the paper's sqrt(1/t)), so every score q.k is
+  multiplied by mscale^2.
 - ``llama3`` (Llama 3.1, Meta's ``apply_scaling``; ``_compute_llama3_parameters``): wavelengths
   2 pi / theta_i shorter than L / high_freq_factor keep theta_i, longer than L / low_freq_factor
   get theta_i / s, and in between the blend is linear in L / wavelength.
@@ -34,7 +34,7 @@ from collections.abc import Callable
 
 import torch
 
-from posexp.scaling import RopeScaling
+from posexp.scaling import RopeScaling, yarn_ramp
 
 
 def plain_inv_freq(d: int, base: float) -> torch.Tensor:
@@ -68,14 +68,8 @@ def _dynamic(s: RopeScaling, d: int, base: float, L: int, T: int) -> tuple[torch
 
 
 def _yarn(s: RopeScaling, d: int, base: float, L: int, T: int) -> tuple[torch.Tensor, float]:
-    def pair_turning(rotations: float) -> float:  # the pair that turns `rotations` times over L
-        return d * math.log(L / (rotations * 2 * math.pi)) / (2 * math.log(base))
-
-    low = max(math.floor(pair_turning(s.params["beta_fast"])), 0)
-    high = min(math.ceil(pair_turning(s.params["beta_slow"])), d - 1)
-    if high == low:
-        high += 0.001  # as transformers: no division by zero
-    interpolate = ((torch.arange(d // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
+    interpolate = torch.tensor(yarn_ramp(d, base, L, s.params["beta_fast"],
+                                         s.params["beta_slow"]), dtype=torch.float64)
     return _blend(plain_inv_freq(d, base), s.factor, 1 - interpolate), 0.1 * math.log(s.factor) + 1
 
 

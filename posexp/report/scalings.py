@@ -13,8 +13,11 @@ from dataclasses import dataclass
 
 from posexp.report.curves import PERCENT, Cell, fmt, ppl_cell, ratio_cell
 from posexp.report.series import Series
+from posexp.scaling import Key, yarn_bands
 from posexp.scaling import text as scaling_text
 from posexp.stats import Interval
+
+LLAMA2 = (4096, 128, yarn_bands(128, 10000.0, 4096))  # the regime YaRN was made for
 
 
 @dataclass
@@ -26,6 +29,7 @@ class ScalingTable:
     mode: str
     lengths: list[int]
     rows: list[tuple[str, dict[int, Cell]]]
+    notes: list[str]  # lines below the table: YaRN's bands at this model's L and head size
 
 
 def _cells(scaled: Series, plain: Series, stride: str | None) -> dict[int, Cell]:
@@ -59,8 +63,36 @@ def scaling_tables(series: list[Series], mode: str) -> list[ScalingTable]:
             rows += [(scaling_text(s.scaling), _cells(s, plain, stride)) for s in scaled]
             lengths = sorted({n for _, cells in rows for n in cells})
             label = plain.label + (f" · stride {stride}" if len(plain.strides) > 1 else "")
-            tables.append(ScalingTable(label, mode, lengths, rows))
+            tables.append(ScalingTable(label, mode, lengths, rows,
+                                       bands_notes(plain, [s.scaling for s in scaled])))
     return tables
+
+
+def bands_notes(plain: Series, scalings: list[Key]) -> list[str]:
+    """For each YaRN setting among ``scalings``, how many of the model's frequency pairs it
+    keeps, blends and interpolates at the length the model was trained at -- beside Llama
+    2's, the regime the method was made for -- so that a reader sees how far the setting is
+    from it (at a short L nearly every pair is interpolated: YaRN is nearly PI)."""
+    ident = plain.members[0].identity
+    if ident.get("encoding.base") is None or not ident.get("model.n_head"):
+        return []
+    d = int(ident["model.d_model"]) // int(ident["model.n_head"])
+    L = plain.train_len
+    settings = sorted({(r["beta_fast"], r["beta_slow"]) for k in scalings if k is not None
+                       and (r := dict(k))["method"] == "yarn"})
+
+    def shares(bands: tuple[int, int, int]) -> str:
+        return " / ".join(f"{100 * n / sum(bands):.0f}%" for n in bands)
+
+    notes = []
+    for fast, slow in settings:
+        bands = yarn_bands(d, float(ident["encoding.base"]), L, fast, slow)
+        params = "" if (fast, slow) == (32.0, 1.0) else f", beta_fast {fast:g}, beta_slow {slow:g}"
+        notes.append(f"YaRN's frequency pairs at L={L}, head size {d}{params}: {shares(bands)} "
+                     f"kept / blended / interpolated ({bands[0]}, {bands[1]}, {bands[2]} of "
+                     f"{sum(bands)}); Llama 2 at L={LLAMA2[0]}, head size {LLAMA2[1]}: "
+                     f"{shares(LLAMA2[2])}.")
+    return notes
 
 
 def ratio_fmt(x: float) -> str:
@@ -108,5 +140,5 @@ def scaling_markdown(series: list[Series], mode: str, heading: str) -> list[str]
         for i, (label, cells) in enumerate(t.rows):
             texts = [cell_text(cells.get(n), i == 0) for n in t.lengths]
             lines.append("| " + " | ".join([label, *texts]) + " |")
-        lines.append("")
+        lines += [""] + [line for note in t.notes for line in (note, "")]
     return lines

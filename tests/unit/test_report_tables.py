@@ -97,6 +97,23 @@ def test_report_has_one_method_by_length_table_with_the_paired_ratio_to_plain(tm
     assert float(cell[2]) == round(ratio, 3) and float(cell[3]) < ratio < float(cell[4])
 
 
+def test_a_yarn_row_says_how_many_pairs_it_keeps_blends_and_interpolates(tmp_path):
+    yarn = scaling.record("yarn", 4, PARAMS)
+    make_run(tmp_path, "rope", 16, 0, curve({16: 5.0, 64: 9.0}) + scaled({16: 5.2, 64: 7.0},
+                                                                         yarn))
+    md = markdown(Report.of(load_runs(tmp_path)[0]), "t")
+    # the runs' model: d_model 32, 2 heads -> head size 16, 8 pairs; at L=16 no pair turns
+    # 32 times over L: YaRN keeps pair 0 only (the ramp's end rounded down) and interpolates
+    # the rest -- nearly PI
+    bands = scaling.yarn_bands(16, 10000.0, 16)
+    assert bands == (1, 0, 7)
+    shares = " / ".join(f"{100 * n / 8:.0f}%" for n in bands)
+    assert (f"YaRN's frequency pairs at L=16, head size 16: {shares} kept / blended / "
+            f"interpolated ({bands[0]}, {bands[1]}, {bands[2]} of 8); Llama 2 at L=4096, "
+            "head size 128: 33% / 39% / 28%.") in md
+    assert markdown(Report.of(scaled_runs(tmp_path / "no-yarn")), "t").count("YaRN's") == 0
+
+
 def test_eval_prints_one_method_by_length_table_for_several_scalings(tmp_path):
     [run] = [r for r in scaled_runs(tmp_path) if r.name == "rope-L16-s0"]
     text = format_curve(run.curve, 16, "RUN")

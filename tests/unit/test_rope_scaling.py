@@ -8,6 +8,7 @@ import torch
 from posexp.encodings.rope import RotaryPositions, apply_rotary
 from posexp.encodings.rope_scaling import RopeScaling, plain_inv_freq, rope_frequencies
 from posexp.model import GPT, GPTConfig
+from posexp.scaling import yarn_bands
 
 CPU = torch.device("cpu")
 
@@ -105,6 +106,26 @@ def test_fast_pairs_are_kept_and_slow_pairs_interpolated(method, fast, slow):
     middle = ~kept & ~interpolated
     assert torch.all(scaled[middle] <= plain[middle])
     assert torch.all(scaled[middle] >= plain[middle] / s)
+
+
+@pytest.mark.parametrize(("d", "L", "bands"), [
+    (128, 4096, (21, 25, 18)),  # Llama 2: 33% kept, 39% blended, 28% interpolated (#34)
+    (32, 256, (1, 6, 9)),  # the CPU suite before: 6% / 38% / 56%
+    (64, 1024, (6, 12, 14)),  # 19% / 38% / 44%
+    (64, 2048, (9, 12, 11)),  # 28% / 38% / 34%
+])
+def test_yarn_bands_match_the_shares_worked_out_by_hand(d, L, bands):
+    assert yarn_bands(d, 10000.0, L) == bands
+
+
+def test_yarn_bands_count_the_pairs_the_formula_keeps_and_divides():
+    d, L, s = 64, 1024, 4.0
+    plain = plain_inv_freq(d, 10000.0)
+    scaled, _ = rope_frequencies(d, 10000.0, RopeScaling("yarn", s), L)
+    kept, blended, interpolated = yarn_bands(d, 10000.0, L)
+    assert int((scaled == plain).sum()) == kept
+    assert int(torch.isclose(scaled, plain / s, rtol=1e-15, atol=0).sum()) == interpolated
+    assert kept + blended + interpolated == d // 2
 
 
 def test_yarn_attention_factor_at_8():
