@@ -183,6 +183,25 @@ def test_a_constant_predictor_scores_the_constant_baseline(name):
     assert exact < 0.6 and per_token < 0.8
 
 
+@pytest.mark.parametrize(("hinted", "plain"), [("copy_hints", "copy"),
+                                               ("addition_hints", "addition_reversed")])
+def test_token_accuracy_counts_no_index_hint(hinted, plain):
+    """Index hints follow one another in an answer: a model that writes every hint and no
+    symbol right has learned nothing of the task, and scores only its EOS."""
+    n = 4
+    instances = heldout(get_task(hinted), n, 200, seed=0)
+    _, targets, mask = padded(instances)
+    hints = (targets >= VOCAB.index("#0")) & mask
+    wrong = np.where(hints | (targets == EOS), targets, PAD)  # hints and EOS right only
+    symbols = (mask & ~hints).sum(axis=1)
+    assert token_accuracy(wrong, targets, mask) == pytest.approx(1 / symbols)
+    assert (token_accuracy(targets, targets, mask) == 1).all()
+    # the chance level of the symbols alone: the plain format's at the same length
+    plain_chance = constant_baseline(heldout(get_task(plain), n, 2000, seed=1))[1]
+    assert constant_baseline(heldout(get_task(hinted), n, 2000, seed=1))[1] == \
+        pytest.approx(plain_chance, abs=0.02)
+
+
 def test_constant_baseline_over_mixed_lengths():
     # answers "a ." x2 and "b b b ." x3: always "b b b ." gets 3/5 exact; per token, "a . b ."
     # scores (2 * 1 + 3 * 2/4) / 5 = 0.7, beating the column majority "b b b ." at 0.6

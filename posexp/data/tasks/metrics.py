@@ -15,6 +15,7 @@ from statistics import NormalDist
 import numpy as np
 
 from posexp.data.tasks.base import Instance
+from posexp.data.tasks.vocab import given_away
 
 
 def exact_match(pred: np.ndarray, targets: np.ndarray, loss_mask: np.ndarray) -> np.ndarray:
@@ -29,8 +30,10 @@ def exact_match(pred: np.ndarray, targets: np.ndarray, loss_mask: np.ndarray) ->
 
 
 def token_accuracy(pred: np.ndarray, targets: np.ndarray, loss_mask: np.ndarray) -> np.ndarray:
-    """Per row: the share of scored tokens predicted right."""
-    return ((pred == targets) & loss_mask).sum(axis=1) / loss_mask.sum(axis=1)
+    """Per row: the share of scored tokens predicted right, of those the format does not
+    give away (vocab.given_away: index hints are left out)."""
+    counted = loss_mask & ~given_away(targets)
+    return ((pred == targets) & counted).sum(axis=1) / counted.sum(axis=1)
 
 
 def binomial_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
@@ -55,15 +58,18 @@ def constant_baseline(instances: Sequence[Instance]) -> tuple[float, float]:
     """The chance level on ``instances``: (exact match, token accuracy) of the best
     predictors that ignore the prompt.
 
-    For exact match that is always answering the most common answer; for token accuracy,
-    predicting at each answer position the token most common there (votes weighted by
+    For exact match that is always answering the most common answer; for token accuracy
+    (over the answer tokens the format does not give away, as token_accuracy counts them),
+    predicting at each of those positions the token most common there (votes weighted by
     1 / answer length, which makes it the best for the per-row mean).  A uniform guess
     would understate chance where answers are not uniform -- EOS is certain, a sum's first
     digit is 0 or 1 -- while a constant predictor gets exactly what can be had without
     reading the prompt.
     """
-    answers = [tuple(instance.answer.tolist()) for instance in instances]
-    exact = Counter(answers).most_common(1)[0][1] / len(answers)
+    exact = Counter(tuple(i.answer.tolist()) for i in instances).most_common(1)[0][1] / len(
+        instances)
+    # token accuracy's tokens: those the format does not give away (index hints are not)
+    answers = [tuple(i.answer[~given_away(i.answer)].tolist()) for i in instances]
     votes: defaultdict[int, Counter] = defaultdict(Counter)
     for answer in answers:
         for j, token in enumerate(answer):

@@ -31,6 +31,14 @@ FILLER_PATTERN = np.array([VOCAB.index(w) for w in FILLER], dtype=np.int64)
 HINT0 = VOCAB.index("#0")  # hint i is HINT0 + i
 VOCAB_SIZE = len(VOCAB)
 
+
+def given_away(tokens: np.ndarray) -> np.ndarray:
+    """Which of ``tokens`` a format gives away: its index hints, which an answer writes in
+    the order the prompt shows them (each the one before plus or minus one), so that
+    predicting them shows nothing of the task.  Token accuracy and its chance level count
+    the other answer tokens (a hinted answer is half hints: counted, they inflate both)."""
+    return (tokens >= HINT0) & (tokens < HINT0 + HINTS)
+
 _IDS = {word: i for i, word in enumerate(VOCAB)}
 
 
