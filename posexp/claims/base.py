@@ -159,9 +159,9 @@ def combined(decisions: list[str]) -> str:
 @dataclass(frozen=True)
 class CurveRef:
     """A curve a claim compares: an encoding trained at ``train_len`` (from scratch, or a
-    fine-tune of a run trained at ``fine_tune[0]`` with its training-time scaling), scored in
-    ``mode`` as trained or with RoPE ``scaling``; ``variant`` the values of VARIANT_KEYS that
-    set its runs apart from the plain runs of their encoding."""
+    fine-tune ``(root length, training-time scaling, tokens)`` of a run trained at the root
+    length), scored in ``mode`` as trained or with RoPE ``scaling``; ``variant`` the values of
+    VARIANT_KEYS that set its runs apart from the plain runs of their encoding."""
 
     encoding: str
     train_len: int
@@ -173,8 +173,9 @@ class CurveRef:
     @property
     def text(self) -> str:
         """How a verdict names the curve (report.curve_name)."""
+        tokens = [f"on {self.fine_tune[2]:,} tokens"] if self.fine_tune else []
         return " ".join([curve_name(self.encoding, self.train_len, self.scaling,
-                                    self.fine_tune),
+                                    self.fine_tune), *tokens,
                          *(f"{k}={v}" for k, v in self.variant)])
 
 

@@ -43,7 +43,9 @@ class Preset:
     every_encoding: bool | None = None  # also one run per registered encoding it lists not
     seeds: list | None = None  # every run at every seed (default [0])
     sliding: bool | None = None  # score sliding windows too (default true)
-    finetunes: list | None = None  # each {parent: [overrides], overrides: [overrides]}
+    # each {parent: [overrides], overrides: [overrides]} and, optionally, lr_factor: its
+    # learning rate as a multiple of its parent's (which learning_rates may set)
+    finetunes: list | None = None
     # each encoding's learning rate (encoding -> lr), from the suite's sweep: added to every
     # run (and fine-tune parent) of that encoding that sets none itself
     learning_rates: dict | None = None
@@ -183,6 +185,10 @@ def _check_lists(path: Path, tree: dict) -> None:
             raise UsageError(f"preset {path}: budgets must be a list of positive integers "
                              f"(train.tokens), got {budget!r:.40}")
     for encoding, lr in (tree.get("learning_rates") or {}).items():
+        if lr is None:  # the suite's sweep has not chosen yet: no run trains at a guess
+            raise UsageError(f"preset {path}: learning_rates.{encoding} is not chosen yet: "
+                             "run the learning-rate sweep its comments name and commit its "
+                             "choice first")
         if not (_fits(lr, float) and 0 < lr < float("inf")):
             raise UsageError(f"preset {path}: learning_rates.{encoding} must be a positive "
                              f"number, got {lr!r:.40}")
@@ -192,11 +198,20 @@ def _check_lists(path: Path, tree: dict) -> None:
     if not all(isinstance(o, str) for o in tree["overrides"]):
         raise UsageError(f"preset {path}: overrides must be a list of key=value strings")
     for i, entry in enumerate(tree.get("finetunes") or [], 1):
-        if not (isinstance(entry, dict) and all(
-                isinstance(entry.get(k), list) and all(isinstance(o, str) for o in entry[k])
-                for k in ("parent", "overrides"))):
+        if not (isinstance(entry, dict) and set(entry) <= {"parent", "overrides", "lr_factor"}
+                and all(isinstance(entry.get(k), list)
+                        and all(isinstance(o, str) for o in entry[k])
+                        for k in ("parent", "overrides"))):
             raise UsageError(f"preset {path}: fine-tune {i} must be a mapping of parent and "
-                             f"overrides, each a list of overrides, got {entry!r}")
+                             "overrides, each a list of overrides (and lr_factor, its "
+                             f"learning rate over its parent's), got {entry!r:.200}")
+        if "lr_factor" in entry and not (_fits(entry["lr_factor"], float)
+                                         and entry["lr_factor"] <= 1000):
+            raise UsageError(f"preset {path}: fine-tune {i}'s lr_factor must be a number in "
+                             f"(0, 1000], got {entry['lr_factor']!r:.40}")
+        if "lr_factor" in entry and any(o.startswith("train.lr=") for o in entry["overrides"]):
+            raise UsageError(f"preset {path}: fine-tune {i} sets train.lr and lr_factor; "
+                             "give one")
 
 
 # keys a preset's overrides may not set: where its runs are written is --results-dir's, and

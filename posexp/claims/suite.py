@@ -85,7 +85,9 @@ def plan(name: str, preset: DictConfig, results_dir: Path, seeds: list[int],
                 raise UsageError(f"preset {name}: the parent of fine-tune "
                                  f"{list(entry.overrides)} ({list(entry.parent)}) is not one "
                                  "of its runs")
-            tunes.append((parent, list(entry.overrides)))
+            factor = entry.get("lr_factor")
+            lr = [f"train.lr={float(cfg.train.lr) * factor:g}"] if factor is not None else []
+            tunes.append((parent, [*entry.overrides, *lr]))
     return configs, paths, tunes
 
 

@@ -98,7 +98,8 @@ class Series:
         return self.members[0].train_len
 
     @property
-    def fine_tune(self) -> tuple[int, Scaling] | None:
+    def fine_tune(self) -> tuple[int, Scaling, int] | None:
+        """(root training length, training-time scaling, tokens) of a fine-tune."""
         return self.members[0].fine_tune
 
     @property
@@ -145,13 +146,13 @@ class Series:
                 and (stride is None or _follows(p, stride))}
 
 
-def fine_tune_text(train_len: int, fine_tune: tuple[int, Scaling]) -> str:
+def fine_tune_text(train_len: int, fine_tune: tuple) -> str:
     """'ft L=256 PI' and the factor: what a fine-tune trained at, and with."""
     return f"ft L={train_len}" + (f" {scaling_text(fine_tune[1])}" if fine_tune[1] else "")
 
 
 def curve_name(encoding: str, train_len: int, scaling: Scaling,
-               fine_tune: tuple[int, Scaling] | None) -> str:
+               fine_tune: tuple | None) -> str:
     """A curve's name: the encoding and the length its weights were first trained at; a
     fine-tune's length and scaling after an arrow; after a '+', the RoPE scaling it was
     scored with."""

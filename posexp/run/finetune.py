@@ -110,6 +110,8 @@ def finetune_config(parent_dir: Path, overrides: list[str], record: bool = False
         scaled = train_scaling(cfg)
         if scaled is not None:
             parts.append(f"{scaled['method']}{scaled['factor']:g}")
+        # a short fine-tune and continued training of one parent are two runs
+        parts += [f"{cfg.train.tokens}tok"] * (cfg.train.tokens != saved.train.tokens)
         cfg.run_name = "-".join([parent_dir.name, "ft", *parts])
     check(cfg)
     return cfg

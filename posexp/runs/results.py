@@ -87,9 +87,9 @@ class RunResult:
         return self.identity.get("seed", self.info.get("seed"))
 
     @property
-    def fine_tune(self) -> tuple[int, ScalingKey] | None:
-        """A fine-tune's (root training length, its training-time RoPE scaling); None for a
-        run trained from scratch."""
+    def fine_tune(self) -> tuple[int, ScalingKey, int] | None:
+        """A fine-tune's (root training length, its training-time RoPE scaling, its tokens);
+        None for a run trained from scratch."""
         if self.identity.get("parent.identity") is None:
             return None
         method = self.identity.get("encoding.scaling.method")
@@ -97,7 +97,7 @@ class RunResult:
                   if k.startswith("encoding.scaling.")}
         return (self.identity.get("parent.original_len"),
                 scaling_key(scaling_record(method, params["factor"], params))
-                if method else None)
+                if method else None, self.identity.get("train.tokens"))
 
     def scalings(self, mode: str) -> list[ScalingKey]:
         """The RoPE scalings this run holds points of ``mode`` with, as trained first."""

@@ -24,15 +24,16 @@ def test_rope_scaling_suite_trains_scores_and_fine_tunes(posexp_here, tmp_path):
             "encoding.scaling.factor=4"]} for method in ("linear", "yarn")),
             {"parent": ["encoding=rope"], "overrides": ["train.seq_len=16",
                                                         "train.tokens=2048"]}],
-        "thresholds": {"factor": 4, **{name: {"margin": m, "reason": "tiny"} for name, m in (
-            ("better", 0.0), ("pi_cost", 0.05), ("finetune_gap", 0.05), ("tie", 0.02))}}}))
+        "thresholds": {"factor": 4, "finetunes": {"short": 2048}, **{
+            name: {"margin": m, "reason": "tiny"} for name, m in (
+                ("better", 0.0), ("pi_cost", 0.05), ("finetune_gap", 0.05), ("tie", 0.02))}}}))
     r = posexp_here("reproduce", "--preset", str(preset), "--results-dir", "out")
     assert r.returncode == 0, r.stderr
     root = tmp_path / "out" / "claims"
     assert sorted(p.name for p in root.iterdir() if p.name.startswith("rope")) == [
-        "rope-L16-s0", "rope-L16-s0-ft", "rope-L16-s0-ft-L64-linear4",
-        "rope-L16-s0-ft-L64-yarn4"]
-    assert read_json(root / "rope-L16-s0-ft-L64-yarn4" / "run.json")["parent"] == \
+        "rope-L16-s0", "rope-L16-s0-ft-2048tok", "rope-L16-s0-ft-L64-linear4-2048tok",
+        "rope-L16-s0-ft-L64-yarn4-2048tok"]
+    assert read_json(root / "rope-L16-s0-ft-L64-yarn4-2048tok" / "run.json")["parent"] == \
         str((root / "rope-L16-s0").resolve())
     v = read_json(root / "report" / "verdicts.json")
     assert len(v["verdicts"]) == 5 and v["thresholds"]["factor"] == 4

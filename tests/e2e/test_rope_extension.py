@@ -130,7 +130,7 @@ def test_finetune_starts_from_the_parent_and_records_it(trained, posexp_here, tm
     # a learning rate of 1e-12: the fine-tune's weights stay its parent's
     r = posexp_here("finetune", str(parent), *FT, "train.lr=1e-12", "train.warmup_tokens=0")
     assert r.returncode == 0, r.stderr
-    child = parent.with_name("rope-L16-s0-ft-L32-yarn2")
+    child = parent.with_name("rope-L16-s0-ft-L32-yarn2-1024tok")
     cfg = OmegaConf.load(child / "config.yaml")
     assert cfg.parent.identity == digest(Run(parent).identity())
     assert cfg.parent.weights_sha256 == read_json(parent / "run.json")["weights_sha256"]
@@ -160,7 +160,7 @@ def test_finetune_starts_from_the_parent_and_records_it(trained, posexp_here, tm
     r = posexp_here("finetune", str(child), "train.seq_len=64", "--cfg", "job")
     assert r.returncode == 0, r.stderr
     grandchild = OmegaConf.create(r.stdout)
-    assert grandchild.run_name == "rope-L16-s0-ft-L32-yarn2-ft-L64-yarn2"
+    assert grandchild.run_name == "rope-L16-s0-ft-L32-yarn2-1024tok-ft-L64-yarn2"
     assert grandchild.parent.original_len == 16
     assert grandchild.parent.identity == digest(Run(child).identity())
     # the report puts the fine-tune beside its parent
@@ -215,7 +215,7 @@ def test_a_killed_finetune_resumes_to_the_weights_of_an_unbroken_one(trained, po
     unbroken = copy_run(rope, tmp_path / "a")
     assert posexp_here("finetune", str(unbroken), *args).returncode == 0
     parent = copy_run(rope, tmp_path / "b")
-    child = parent.with_name("rope-L16-s0-ft-L32-linear2")
+    child = parent.with_name("rope-L16-s0-ft-L32-linear2-32768tok")
     proc = start(cache_dir, tmp_path, "finetune", str(parent), *args)
     try:
         wait_for_step(proc, child, 40)

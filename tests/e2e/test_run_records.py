@@ -158,8 +158,9 @@ def test_reproduce_judges_records_without_training(posexp_here, tmp_path):
         "finetunes": [{"parent": ["encoding=rope"], "overrides": [
             "train.seq_len=64", "train.tokens=2048", "encoding.scaling=yarn",
             "encoding.scaling.factor=4"]}],
-        "thresholds": {"factor": 4, **{name: {"margin": m, "reason": "tiny"} for name, m in (
-            ("better", 0.0), ("pi_cost", 0.05), ("finetune_gap", 0.05), ("tie", 0.02))}}}))
+        "thresholds": {"factor": 4, "finetunes": {"short": 2048}, **{
+            name: {"margin": m, "reason": "tiny"} for name, m in (
+                ("better", 0.0), ("pi_cost", 0.05), ("finetune_gap", 0.05), ("tie", 0.02))}}}))
     args = ("reproduce", "--preset", str(preset), "--results-dir", "out")
     r = posexp_here(*args)
     assert r.returncode == 0, r.stderr
@@ -183,7 +184,7 @@ def test_a_fine_tune_record_names_the_fine_tune_that_trains_it_again(posexp_here
     r = posexp_here("finetune", str(parent), "train.seq_len=32", "train.tokens=2048",
                     "encoding.scaling=yarn", "encoding.scaling.factor=2")
     assert r.returncode == 0, r.stderr
-    tune = parent.with_name("rope-L16-s0-ft-L32-yarn2")
+    tune = parent.with_name("rope-L16-s0-ft-L32-yarn2-2048tok")
     weights = read_json(tune / "run.json")["weights_sha256"]
     (tune / "checkpoint.pt").unlink()
     command = refused(posexp_here("eval", str(tune)), "posexp eval")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from omegaconf import DictConfig, OmegaConf
 
 import posexp.claims.suite
@@ -27,6 +28,7 @@ from posexp.errors import PosexpError, UsageError
 from posexp.runs import load_runs
 from posexp.spans import layout
 from tests.conftest import compose_args as compose
+from tests.presets import shipped_preset
 
 C.register()
 
@@ -485,7 +487,14 @@ def test_every_shipped_preset_composes_every_run(name, tmp_path):
     share a run directory, at any seed: composed at the first seed (a seed changes no other
     value), with each run's directory at every seed from its name's seed -- checked by
     composing the first run at the last seed too."""
-    preset = load_preset(name)[0]
+    tree = shipped_preset(name)
+    unchosen = [e for e, lr in (tree.get("learning_rates") or {}).items() if lr is None]
+    if unchosen:  # refused until its sweep chooses; composed here at a rate of the grid
+        with pytest.raises(UsageError, match=f"learning_rates.{unchosen[0]} is not chosen"):
+            load_preset(name)
+        tree["learning_rates"] = {e: lr or 0.004 for e, lr in tree["learning_rates"].items()}
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(tree))
+    preset = load_preset(str(tmp_path / f"{name}.yaml") if unchosen else name)[0]
     seeds = preset_seeds(preset, name)
 
     def path(run: list[str], seed: int) -> Path:
@@ -542,22 +551,25 @@ def test_a_preset_report_is_a_directory_beside_its_runs(report):
 
 # --- RoPE context extension (claims: rope-scaling) -----------------------------------------
 ROPE_PRESET = OmegaConf.create({"claims": "rope-scaling", "train_seq_len": 16, "thresholds": {
-    "factor": 4, "better": margin(0.0), "pi_cost": margin(0.05),
+    "factor": 4, "finetunes": {"short": 2048}, "better": margin(0.0), "pi_cost": margin(0.05),
     "finetune_gap": margin(0.05), "tie": margin(0.02)}})
 
 
 PARAMS = dataclasses.asdict(schema.ScalingParams())
 
 
-def fine_tune(root: Path, method: str | None, seq_len: int, ppl: dict) -> None:
-    """A fine-tune of rope-L16-s0 at ``seq_len`` with RoPE scaling ``method`` (None: the
-    control, which continues the parent at its own length)."""
-    cfg = OmegaConf.create(config_text(("encoding=rope", f"train.seq_len={seq_len}", *SMALL)))
+def fine_tune(root: Path, method: str | None, seq_len: int, ppl: dict,
+              tokens: int = 2048) -> None:
+    """A fine-tune of rope-L16-s0 at ``seq_len`` on ``tokens`` with RoPE scaling ``method``
+    (None: the control, which continues the parent at its own length)."""
+    cfg = OmegaConf.create(config_text(("encoding=rope", f"train.seq_len={seq_len}",
+                                        f"train.tokens={tokens}", *SMALL)))
     if method:
         cfg.encoding.scaling.method, cfg.encoding.scaling.factor = method, 4.0
     cfg.parent = {"run": str(root / "rope-L16-s0"), "identity": "i", "config": "c",
                   "weights_sha256": "w", "original_len": 16}
-    write_run(root / f"rope-L16-s0-ft-L{seq_len}-{method}", OmegaConf.to_yaml(cfg), curve(ppl))
+    write_run(root / f"rope-L16-s0-ft-L{seq_len}-{method}-{tokens}tok", OmegaConf.to_yaml(cfg),
+              curve(ppl))
 
 
 def rope_runs(root: Path, tuned_pi: float = 5.1, tunes: bool = True) -> list:
@@ -601,7 +613,35 @@ def test_rope_scaling_claims_on_known_perplexities(tmp_path):
     v = by_number(verdicts(rope_runs(tmp_path / "none", tunes=False), ROPE_PRESET, 512))
     assert [v[n].verdict for n in range(1, 6)] == [HOLDS, HOLDS] + [UNMEASURED] * 3
     assert v[5].measured == ("not measured: no completed run of rope L=16 \u2192 ft L=64 PI "
-                             "\u00d74 with nonoverlapping points")
+                             "\u00d74 on 2,048 tokens with nonoverlapping points")
+
+
+def test_each_fine_tune_budget_is_judged_on_its_own_fine_tunes(tmp_path):
+    rope_runs(tmp_path)  # the short fine-tunes (2,048 tokens) and their control
+    fine_tune(tmp_path, "linear", 64, {16: 5.2, 64: 8.0}, tokens=8192)  # worse than the control
+    fine_tune(tmp_path, "yarn", 64, {16: 5.2, 64: 4.7}, tokens=8192)
+    fine_tune(tmp_path, None, 16, {16: 4.9, 64: 8.7}, tokens=8192)
+    preset = OmegaConf.merge(ROPE_PRESET, {"thresholds": {"finetunes": {
+        "short": 2048, "continued training": 8192}}})
+    v = by_number(verdicts(load_runs(tmp_path)[0], preset, 512))
+    assert len(v) == 8 and [v[n].verdict for n in range(1, 6)] == [HOLDS] * 5
+    assert "(continued training, 8,192 tokens)" in v[6].claim
+    # 8.0 / 8.7 at 4L against the continued control, not the short one's 8.8
+    assert v[7].measured.startswith("fine-tuned PI / control, ppl(4L) = 0.920")
+    assert v[6].verdict == FAILS  # 8.0 / 4.9: far from the control's ppl(L)
+    # a budget the margins name but no run trained is not measured, never another's runs
+    preset = OmegaConf.merge(ROPE_PRESET, {"thresholds": {"finetunes": {"long": 99}}})
+    v = by_number(verdicts(rope_runs(tmp_path / "one"), preset, 512))
+    assert [v[n].verdict for n in range(3, 9)] == [HOLDS] * 3 + [UNMEASURED] * 3
+
+
+@pytest.mark.parametrize("finetunes", [{}, {"short": 0}, {"short": "many"}, {"short": True}])
+def test_a_fine_tune_budget_must_be_named_tokens(finetunes):
+    preset = OmegaConf.merge(ROPE_PRESET, {"thresholds": {"finetunes": None}})
+    preset.thresholds.finetunes = finetunes
+    with pytest.raises(UsageError, match=re.escape("thresholds.finetunes must map each "
+                                                   "fine-tune budget's name to its tokens")):
+        posexp.claims.registry.CLAIM_SETS["rope-scaling"].sections(preset)
 
 
 @pytest.mark.parametrize("fields,message", [
