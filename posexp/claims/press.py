@@ -181,7 +181,8 @@ def learned_property(runs: list[RunResult], preset: DictConfig) -> str:
     lengths = sorted({p["length"] for r in runs if r.encoding == "learned"
                       and r.train_len == train_len for p in r.curve if not p["applicable"]})
     shown = ", ".join(map(str, lengths)) if lengths else "no length past the table"
-    return (f"Learned absolute positions have no row past their table (L = {train_len}): "
+    return ("## A property, not a claim\n\n"
+            f"Learned absolute positions have no row past their table (L = {train_len}): "
             f"posexp reports n/a rather than clamping positions (here at {shown}). This is "
             "how the encoding is built, not a finding.")
 

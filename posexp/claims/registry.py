@@ -35,7 +35,8 @@ class ClaimSet:
     thresholds: type  # dataclass: each threshold, its type; a default makes it optional
     sections: Callable[[DictConfig], Sections]
     judge: Callable[[Sections, list[RunResult], DictConfig, int], list[Verdict]] = judge_curves
-    # a property of what was measured, noted beside the verdicts (not a claim)
+    # a section of verdicts.md after the verdicts, its heading and text: a property of what
+    # was measured (not a claim), or the gate its claims passed
     note: Callable[[list[RunResult], DictConfig], str | None] | None = None
 
 

@@ -379,7 +379,7 @@ def verdicts_markdown(name: str, preset: DictConfig, sections: list[tuple[str, l
         "claim without a p-value is outside the family, and its p cell says why. Intervals: "
         f"{'; '.join(methods) or 'none'}.\n\n" + (f"{scored}\n\n" if scored else "")
         + tables
-        + (f"## A property, not a claim\n\n{note}\n\n" if note else "")
+        + (f"{note}\n\n" if note else "")
         + (f"Runs that failed (their claims are not measured):\n\n{failures}\n" if failed
            else "")
         + f"## Software\n\nDevice: {device}\n\n{versions}\n")

@@ -199,6 +199,33 @@ def unlearned(found: dict, seeds: list[int], arms: list[Arm], threshold: float) 
     return None
 
 
+def gate_table(runs: list[RunResult], preset: DictConfig) -> str | None:
+    """verdicts.md's gate: each arm's exact match at n_max (in distribution) at each seed,
+    a value below thresholds.learned marked -- the claims compare only arms that pass at
+    every seed -- so that a reader sees which arms learned each task at all."""
+    th, L = preset.thresholds, int(preset.train_seq_len)
+    arms = list(dict.fromkeys(arm for c in (c for _, s in sections(preset) for c in s)
+                              for arm in c.needs))
+    seeds = sorted({r.seed for r in runs if r.task is not None})
+    if not seeds:
+        return None
+    rows = []
+    for arm in arms:
+        by_seed = {r.seed: in_distribution(r) for r in runs
+                   if (r.task, r.encoding, variant_of(r)) == arm and r.train_len == L}
+        cells = ["-" if by_seed.get(s) is None else f"{by_seed[s]:.3f}"
+                 + (" \u2717" if by_seed[s] < float(th.learned) else "") for s in seeds]
+        rows.append(f"| {arm[0]} | {arm[1]}"
+                    f"{' randomized' if arm[2] else ''} | " + " | ".join(cells) + " |")
+    return "\n".join([
+        "## The gate: exact match at n_max", "",
+        f"Each arm's exact match at the longest length it trained on (n_max), per seed; "
+        f"\u2717 below {float(th.learned):g}, where the arm did not learn the task in "
+        "distribution and its claims are not measured; - not scored.", "",
+        "| task | arm | " + " | ".join(f"seed {s}" for s in seeds) + " |",
+        "|---|---|" + "---:|" * len(seeds), *rows])
+
+
 def judge_accuracy(claim: Claim, runs: list[RunResult], metric: str,
                    train_len: int, number: int, learned: float = 0.0) -> Verdict:
     """A task claim's verdict.  Per seed, each test's statistic is a difference of mean
@@ -293,4 +320,4 @@ def judge_tasks(sections: Sections, runs: list[RunResult], preset: DictConfig,
                            float(th.learned)) for n, c in numbered(sections)]
 
 
-register_claim_set(ClaimSet("tasks", Thresholds, sections, judge=judge_tasks))
+register_claim_set(ClaimSet("tasks", Thresholds, sections, judge=judge_tasks, note=gate_table))

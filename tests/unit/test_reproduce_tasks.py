@@ -11,6 +11,7 @@ from posexp import stats
 from posexp.claims import verdicts
 from posexp.claims.base import FAILS, HOLDS, INCONCLUSIVE, UNMEASURED
 from posexp.claims.preset import load_preset, preset_runs
+from posexp.claims.tasks import gate_table
 from posexp.config import compose_overrides
 from posexp.data.tasks import binomial_interval
 from posexp.runs import load_runs
@@ -265,3 +266,21 @@ def test_an_arm_just_at_the_learnability_threshold_is_compared(tmp_path):
                 p["exact"] = 0.9
     v = by_number(verdicts(runs, PRESET, 16384))
     assert v[1].verdict == HOLDS
+
+
+def test_the_gate_table_shows_each_arm_and_seed_at_n_max(tmp_path):
+    for seed, at_n_max in enumerate((0.75, 1.0)):
+        make_run(tmp_path, "copy", "nope", seed, [0.6, 0.4])
+        make_run(tmp_path, "copy", "learned", seed, [0.2, 0.1], "encoding.max_positions=64",
+                 at_n_max=at_n_max)
+    make_run(tmp_path, "copy", "rope", 1, [0.5, 0.3], "train.random_positions=64",
+             suffix="-random64", at_n_max=0.95)
+    table = gate_table(load_runs(tmp_path)[0], PRESET).splitlines()
+    assert table[0] == "## The gate: exact match at n_max"
+    rows = {tuple(line.split(" | ")[:2]): line.split(" | ")[2:] for line in table
+            if line.startswith("| copy")}
+    assert rows[("| copy", "nope")] == ["1.000", "1.000 |"]
+    assert rows[("| copy", "learned")] == ["0.750 \u2717", "1.000 |"]  # below 0.9 at seed 0
+    assert rows[("| copy", "rope randomized")] == ["-", "0.950 |"]  # no run at seed 0
+    assert rows[("| copy", "sinusoidal")] == ["-", "- |"]
+    assert gate_table([], PRESET) is None
