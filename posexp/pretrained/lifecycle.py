@@ -37,10 +37,17 @@ from posexp.pretrained.model import (
     transformers,
 )
 from posexp.pretrained.rope import check_scalings
-from posexp.pretrained.scoring import load_text, missing, score, tables, wanted_text
+from posexp.pretrained.scoring import PretrainedWorkload, load_text, score
 from posexp.pretrained.source import Source, fingerprints, resolve
-from posexp.run.evaluation import raising_on_signals, read_scored, set_aside_other_code
+from posexp.run.evaluation import (
+    missing_points,
+    raising_on_signals,
+    read_scored,
+    requested_points,
+    set_aside_other_code,
+)
 from posexp.run.setup import pick_device
+from posexp.run.workloads import wanted_text
 from posexp.runs import CONFIG, Run, atomic_write_text, code_version, now, versions
 
 KIND = "pretrained"  # run.json's "kind"
@@ -197,19 +204,20 @@ def _score(run: Run, cfg: DictConfig, source: Source, d: Described, device, stat
     lm = PretrainedLM(load(source, device, kernel), d, cfg.encoding.name)
     corpus = load_text(cfg, source, lm.model.get_input_embeddings().num_embeddings)
     spans = scored_spans(len(corpus.val), corpus.val_documents, cfg.eval.tokens)
+    work, asked = PretrainedWorkload(cfg, spans, str(run.path)), pcfg.scalings(cfg)
     # points of one run come from one code: an eval.json of other code is set aside
     scored = set_aside_other_code(run, read_scored(run), "point")
-    todo = missing(cfg, scored, spans)
+    todo = missing_points(work, asked, scored)
     run.update(device=str(device), dtype=str(dtype_for(device)).removeprefix("torch."),
                n_params=lm.n_params(), corpus=corpus.describe())
     if not todo:
         print(f"posexp: {run.path}: eval.json holds every point asked for; nothing to score",
               file=sys.stderr)
-        print(tables(run, cfg, spans))
+        print(work.table(requested_points(run, work, asked)))
         return "skipped"
     print(f"posexp: {cfg.encoding.name} ({d.architecture}, {lm.n_params() / 1e6:.2f}M "
           f"parameters, {d.positions} positions, trained at {d.context}) on {device} -> "
-          f"{run.path}: {wanted_text(todo)}", file=sys.stderr)
+          f"{run.path}: {wanted_text(todo, work.item_text)}", file=sys.stderr)
     tokenizer = transformers().AutoTokenizer.from_pretrained(source.path, local_files_only=True)
     done = status == "completed"
     if not done:
@@ -229,5 +237,5 @@ def _score(run: Run, cfg: DictConfig, source: Source, d: Described, device, stat
     run.update(last_eval_at=now(), last_eval_seconds=seconds)
     if not done:
         run.finish("completed", eval_seconds=seconds)
-    print(tables(run, cfg, spans))
+    print(work.table(requested_points(run, work, asked)))
     return "completed"

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
+from collections.abc import Iterable
 
 import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
-from posexp import scaling
 from posexp.data import Corpus, load_corpus
 from posexp.errors import UsageError
 from posexp.evaluate.windows import (
@@ -30,12 +29,11 @@ from posexp.evaluate.windows import (
     score_curves,
 )
 from posexp.pretrained import passkey
-from posexp.pretrained.config import scalings
 from posexp.pretrained.model import PretrainedLM
 from posexp.pretrained.rope import Rescaler
 from posexp.pretrained.source import TOKENIZER, Source
 from posexp.run.tables import format_curve, format_tasks
-from posexp.run.workloads import curve_wants
+from posexp.run.workloads import Want, Wanted, curve_wants, group
 from posexp.runs import Run, point_key, task_point_key
 from posexp.spans import Spans
 
@@ -79,53 +77,67 @@ def load_text(cfg: DictConfig, source: Source, vocab_size: int) -> Corpus:
     return corpus
 
 
-@dataclass
-class Missing:
-    """What one scaling still needs: curve lengths and passkey (length, depth) pairs."""
+class PretrainedWorkload:
+    """What a pretrained model is scored on, in the shape of a trained run's workload
+    (run/workloads.py) so that the points it lacks, the line that names them and the tables
+    come from the same code (run.evaluation.missing_points, workloads.wanted_text,
+    requested_points): the perplexity curve on the scored spans (an item: a length) and,
+    with eval.task, passkey cells (an item: (length, depth)), with each scaling."""
 
-    record: dict | None
-    lengths: list[int]
-    cells: list[tuple[int, float]]
+    what = "point"
 
+    def __init__(self, cfg: DictConfig, spans: Spans, title: str) -> None:
+        self.cfg, self.spans, self.title = cfg, spans, title  # title: the tables' (run dir)
 
-def missing(cfg: DictConfig, scored: dict, spans: Spans) -> list[Missing]:
-    """For each scaling asked for, the points eval.json (``scored``) lacks."""
-    e, task = cfg.eval, cfg.eval.task
-    mode = str(getattr(e.mode, "value", e.mode))
-    have = {point_key(p) for p in scored["curve"]} | {task_point_key(p) for p in scored["tasks"]}
-    out = []
-    for record in scalings(cfg):
-        lengths = [L for key, (_, L) in curve_wants(mode, e.stride, e.lengths, spans.id,
-                                                   spans.tokens, [record]).items()
-                   if key not in have]
-        cells = [] if task is None else [
-            (n, float(d)) for n in task.lengths for d in task.depths if task_point_key({
+    def requested(self, scalings: Iterable[dict | None],
+                  scored: dict | None = None) -> dict[tuple, Want]:
+        """eval.json key -> want of each point asked for with each scaling."""
+        e, task, scalings = self.cfg.eval, self.cfg.eval.task, list(scalings)
+        wants = curve_wants(str(getattr(e.mode, "value", e.mode)), e.stride, e.lengths,
+                            self.spans.id, self.spans.tokens, scalings)
+        if task is not None:
+            wants |= {task_point_key({
                 "task": passkey.PASSKEY, "length": n, "depth": float(d),
                 "count": task.eval_count, "eval_seed": task.eval_seed,
-                "rope_scaling": record}) not in have]
-        if lengths or cells:
-            out.append(Missing(record, lengths, cells))
-    return out
+                "rope_scaling": record}): (record, (n, float(d)))
+                for record in scalings for n in task.lengths for d in task.depths}
+        return wants
 
+    def every(self, scalings: Iterable[dict | None]) -> Wanted:
+        return group(self.requested(scalings).values())
 
-def wanted_text(todo: list[Missing]) -> str:
-    parts = []
-    for m in todo:
-        what = [f"length {', '.join(map(str, m.lengths))}"] * bool(m.lengths) + \
-            [f"{len(m.cells)} passkey cells"] * bool(m.cells)
-        parts.append(f"{scaling.text(scaling.key(m.record))}: {' and '.join(what)}")
-    return "; ".join(parts)
+    @staticmethod
+    def points(data: dict) -> list[dict]:
+        return data["curve"] + data["tasks"]
+
+    @staticmethod
+    def key(p: dict) -> tuple:
+        return task_point_key(p) if "task" in p else point_key(p)
+
+    @staticmethod
+    def item_text(item: int | tuple[int, float]) -> str:
+        return str(item) if isinstance(item, int) else f"passkey {item[0]} at depth {item[1]:g}"
+
+    def table(self, points: list[dict], corpus_tokenizer: str | None = None) -> str:
+        """The curve's table (bits per byte: the model's tokens are not bytes) and
+        passkey's, as posexp train prints them."""
+        curve = [p for p in points if "task" not in p]
+        tasks = [p for p in points if "task" in p]
+        L, title = self.cfg.train.seq_len, self.title
+        return "\n".join(([format_curve(curve, L, title, per_byte=True)] if curve else [])
+                         + ([format_tasks(tasks, L, title)] if tasks else []))
 
 
 def score(lm: PretrainedLM, tokenizer, run: Run, cfg: DictConfig, corpus: Corpus,
-          spans: Spans, todo: list[Missing], device: torch.device,
-          progress: bool = True) -> None:
-    """Score ``todo`` (missing's), writing each scaling's curve and each passkey point to
-    eval.json as they come; the model is put back as published at the end."""
+          spans: Spans, wanted: Wanted, device: torch.device, progress: bool = True) -> None:
+    """Score ``wanted`` (missing_points'), writing each scaling's curve and each passkey
+    point to eval.json as they come; the model is put back as published at the end."""
     scoring, rescaler = Scoring.of(cfg.eval), Rescaler(lm)
     task = cfg.eval.task
-    total = curve_windows([(m.record, m.lengths) for m in todo], scoring, spans,
-                          lm.max_positions) + sum(len(m.cells) for m in todo)
+    todo = [(record, [i for i in items if isinstance(i, int)],
+             [i for i in items if not isinstance(i, int)]) for record, items in wanted]
+    total = curve_windows([(record, lengths) for record, lengths, _ in todo], scoring, spans,
+                          lm.max_positions) + sum(len(cells) for _, _, cells in todo)
     fields = {"train_seq_len": cfg.train.seq_len, "encoding": cfg.encoding.name}
     prompter = passkey.Prompter(tokenizer) if task is not None else None
 
@@ -136,31 +148,14 @@ def score(lm: PretrainedLM, tokenizer, run: Run, cfg: DictConfig, corpus: Corpus
     with tqdm(total=total, unit="step", desc=f"scoring {cfg.encoding.name}", leave=False,
               dynamic_ncols=True, disable=None if progress else True, file=sys.stderr) as bar:
         try:
-            for m in todo:  # the curve, then passkey, of each scaling: one rescaling each
-                score_curves(lm, corpus.val, [(m.record, m.lengths)], scoring, spans, device,
+            for record, lengths, cells in todo:  # the curve, then passkey: one rescaling each
+                score_curves(lm, corpus.val, [(record, lengths)], scoring, spans, device,
                              corpus.token_bytes, rescaler.set, write, progress=bar.update)
-                for n, d in m.cells:  # each written as it comes: the slow part on a GPU
+                for n, d in cells:  # each written as it comes: the slow part on a GPU
                     p = passkey.point(n, d, task.eval_count, task.eval_seed, task.digits,
-                                      m.record)
+                                      record)
                     passkey.score_point(lm.model, prompter, p, lm.max_positions)
                     run.write_eval([], None, tasks=[p], **fields)
                     bar.update(1)
         finally:
             rescaler.set(None)
-
-
-def tables(run: Run, cfg: DictConfig, spans: Spans) -> str:
-    """The tables of the points the config asks for (as posexp train prints them)."""
-    scored, asked = run.read_eval(), {scaling.key(r) for r in scalings(cfg)}
-    title, L = str(run.path), cfg.train.seq_len
-    mode = str(getattr(cfg.eval.mode, "value", cfg.eval.mode))
-    curve = [p for p in scored["curve"] if p.get("spans") == spans.id
-             and p["mode"] == mode and p["length"] in cfg.eval.lengths
-             and scaling.key(p.get("rope_scaling")) in asked]
-    task = cfg.eval.task
-    tasks = [] if task is None else [
-        p for p in scored["tasks"] if p["task"] == passkey.PASSKEY and p["count"] ==
-        task.eval_count and p["eval_seed"] == task.eval_seed and p["length"] in task.lengths
-        and scaling.key(p.get("rope_scaling")) in asked]
-    return "\n".join(([format_curve(curve, L, title, per_byte=True)] if curve else [])
-                     + ([format_tasks(tasks, L, title)] if tasks else []))
