@@ -112,9 +112,9 @@ def campaign_job(job: dict) -> str:
     """One job of a launched campaign: its run, started only if it fits in the time left,
     trained and scored by posexp sweep's job (sweep_job), whose lines and stop handling
     it shares."""
-    from posexp.config import apply_overrides
-    from posexp.run import finetune_config
+    from posexp.config import RunSpec, apply_overrides
     from posexp.run.restore import lacks_points, restore_weights
+    from posexp.runs.parents import finetune_config
     from posexp.sweep.launch import sweep_job
 
     campaign, _ = read_plan(COMMAND)
@@ -126,9 +126,10 @@ def campaign_job(job: dict) -> str:
     path = Path(configs[0].results_dir) / configs[0].experiment / configs[0].run_name
     if held_elsewhere(campaign, path) or not campaign.admit(path, configs[0]):
         return "pending"
-    if lacks_points(path, configs):  # a record asked for more points: its weights again
+    specs = [RunSpec.of(c) for c in configs]
+    if lacks_points(path, specs):  # a record asked for more points: its weights again
         try:
-            restore_weights(path, configs[0])
+            restore_weights(path, specs[0])
         except PosexpError as e:
             print(f"posexp: {first_line(e)}", file=sys.stderr)
             return "failed"
@@ -176,7 +177,7 @@ def launch_all(preset: DictConfig, configs: list[DictConfig], paths: list[Path],
                config_dir: str | None, campaign: Campaign) -> tuple[list[Path], dict]:
     """Every run through the launcher, then every fine-tune whose parent was recorded (a
     fine-tune starts from its parent's weights); (every run's directory, the failures)."""
-    from posexp.run import finetune_config
+    from posexp.runs.parents import finetune_config
 
     folder = paths[0].parent / ".campaign"  # a dot-directory: never read as a run
     folder.mkdir(parents=True, exist_ok=True)

@@ -114,8 +114,8 @@ class Attempts:
                 check(each)
                 if n == 0 and not self.campaign.admit(path, each):
                     return path
-                if n == 0 and lacks_points(path, configs):  # a record: its weights again
-                    restore_weights(path, each)
+                if n == 0 and lacks_points(path, [RunSpec.of(c) for c in configs]):
+                    restore_weights(path, RunSpec.of(each))  # a record: its weights again
                 run(RunSpec.of(each))
         except InUse as e:  # another campaign trains it: its claims wait, the others go on
             self.campaign.say("skipped", path, f"running elsewhere: {e}")
@@ -138,7 +138,7 @@ def train_all(preset: DictConfig, configs: list[DictConfig], paths: list[Path],
               ) -> tuple[list[Path], dict[Path, str]]:
     """Train (or find completed) every run, then every fine-tune; (every run's directory,
     the failures by directory)."""
-    from posexp.run import finetune_config
+    from posexp.runs.parents import finetune_config
 
     attempt, paths, total = Attempts(campaign), list(paths), len(configs) + len(tunes)
     for i, (cfg, path) in enumerate(zip(configs, paths, strict=True), 1):

@@ -344,7 +344,7 @@ def finetune(
             from posexp.cli.pretrained_command import finetune_pretrained
 
             return finetune_pretrained(ctx, parent_dir)
-        from posexp.run import finetune_config
+        from posexp.runs.parents import finetune_config
 
         overrides, show = saved_run_args(ctx.args, "finetune", "PARENT_RUN, overrides")
         with showing(show):

@@ -125,6 +125,16 @@ class RunSpec:
         eval.rope_scaling asks for."""
         return self.scalings if None in self.scalings else (None, *self.scalings)
 
+    def relocated(self, results_dir: str, experiment: str, run_name: str,
+                  eval_lengths: list[int] | None = None) -> RunSpec:
+        """The same run written elsewhere (and, with ``eval_lengths``, scored there only):
+        what a campaign trains again in a scratch directory for a record's weights."""
+        cfg = OmegaConf.merge(self.config(), {"results_dir": results_dir,
+                                              "experiment": experiment, "run_name": run_name})
+        if eval_lengths is not None:
+            cfg.eval.lengths = list(eval_lengths)
+        return RunSpec.of(cfg)
+
     def config(self) -> DictConfig:
         """A writable copy of the config, to derive another run's from."""
         out = self.cfg.copy()

@@ -17,8 +17,6 @@ import shutil
 import sys
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
-
 from posexp.config import RunSpec
 from posexp.errors import PosexpError
 from posexp.runs import CHECKPOINT, Run
@@ -26,8 +24,8 @@ from posexp.runs import CHECKPOINT, Run
 SCRATCH = ".campaign"  # beside the runs: results/.gitignore keeps it out of git
 
 
-def lacks_points(path: Path, configs: list[DictConfig]) -> bool:
-    """Whether ``path`` holds a run record that lacks a point one of ``configs`` asks for."""
+def lacks_points(path: Path, specs: list[RunSpec]) -> bool:
+    """Whether ``path`` holds a run record that lacks a point one of ``specs`` asks for."""
     from posexp.run.evaluation import missing_points
     from posexp.run.workloads import workload_of
 
@@ -35,15 +33,11 @@ def lacks_points(path: Path, configs: list[DictConfig]) -> bool:
     if not os.path.lexists(path / "run.json") or not run.is_record(run.info()):
         return False
     scored = run.read_eval()
-    for cfg in configs:
-        spec = RunSpec.of(cfg)
-        if missing_points(workload_of(spec), spec.run_scalings, scored):
-            return True
-    return False
+    return any(missing_points(workload_of(spec), spec.run_scalings, scored) for spec in specs)
 
 
-def restore_weights(path: Path, cfg: DictConfig) -> None:
-    """The record in ``path`` gets its checkpoint back: ``cfg`` (its config) trained again in
+def restore_weights(path: Path, spec: RunSpec) -> None:
+    """The record in ``path`` gets its checkpoint back: ``spec`` (its run) trained again in
     a scratch directory, its weights checked against the record's; a PosexpError, the record
     untouched, when they differ."""
     from posexp.run import run
@@ -53,16 +47,15 @@ def restore_weights(path: Path, cfg: DictConfig) -> None:
         raise PosexpError(f"{path} records no weights_sha256: its weights cannot be checked, "
                           "so they are not trained again")
     scratch = path.parent / SCRATCH / "restore"
-    again = OmegaConf.merge(cfg, {"results_dir": str(scratch), "experiment": path.parent.name,
-                                  "run_name": path.name})
-    if OmegaConf.select(cfg, "task") is None:  # scored again where it is: here L is enough
-        again.eval.lengths = [int(cfg.train.seq_len)]
+    # scored again where it is: here L is enough (a task run is scored at its task lengths)
+    again = spec.relocated(str(scratch), path.parent.name, path.name,
+                           None if spec.is_task_run else [spec.train.seq_len])
     where = scratch / path.parent.name / path.name
     shutil.rmtree(where, ignore_errors=True)  # a killed attempt's leftovers start nothing
     print(f"posexp: {path}: a record without its checkpoint lacks points asked for; training "
           "its config again for its weights", file=sys.stderr)
     try:
-        run(RunSpec.of(again))
+        run(again)
         found = Run(where).info().get("weights_sha256")
         if found != recorded:
             raise PosexpError(f"{path}: training its config again gave other weights (sha256 "

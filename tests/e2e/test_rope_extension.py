@@ -11,8 +11,8 @@ from omegaconf import OmegaConf
 from posexp import config as C
 from posexp import scaling
 from posexp.report.series import build_series
-from posexp.run.finetune import digest
 from posexp.runs import Run, load_run, load_runs, point_key, point_scaling
+from posexp.runs.parents import digest
 from posexp.scaling import key as scaling_key
 from tests.conftest import (
     TINY,
