@@ -172,8 +172,9 @@ class Campaign:
             self.paths.append(path)
         if self.deadline is None:
             return True
-        if self.expired:
-            self.say("pending", path, "not started: the time limit has passed")
+        if self.expired:  # a recorded run is left as it is, and is not pending
+            if read_info(path).get("status") != "completed":
+                self.say("pending", path, "not started: the time limit has passed")
             return False
         if read_info(path).get("status") == "completed":  # nothing to train: its points
             return True                                   # are scored, or it is skipped

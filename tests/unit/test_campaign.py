@@ -110,6 +110,10 @@ def test_nothing_starts_once_the_limit_has_passed(tmp_path, capsys):
     assert campaign.expired
     assert not campaign.admit(tmp_path / "e" / "a", tokens(1))
     assert "pending: e/a (not started: the time limit has passed)" in capsys.readouterr().err
+    # a recorded run met after the limit is not named pending: the summary counts it recorded
+    completed(tmp_path / "e" / "done", 100.0, "2026-12-01T00:00:00")
+    assert not campaign.admit(tmp_path / "e" / "done", tokens(1))
+    assert "e/done" not in capsys.readouterr().err
 
 
 def test_claims_whose_runs_are_pending_get_no_verdict(tmp_path):
