@@ -16,8 +16,8 @@ from tests.conftest import in_process
 from tests.unit.test_committed_results import PREDATE, RESULTS
 
 REPO = RESULTS.parent
-REPORTS = sorted(p.parent for p in RESULTS.glob("*/report/verdicts.json")
-                 if p.parent.relative_to(RESULTS).as_posix() not in PREDATE)
+REPORTS = sorted(p.parent for p in RESULTS.glob("*/report*/verdicts.json")  # a preset's
+                 if p.parent.relative_to(RESULTS).as_posix() not in PREDATE)  # own report too
 # the code that wrote the report: verdicts.md's software line, verdicts.json's code record
 WRITER_MD = re.compile(r"posexp [^,]+, source [0-9a-f]+, package [0-9a-f]+")
 
@@ -41,7 +41,8 @@ def without_writer(path: Path) -> bytes:
     return data
 
 
-@pytest.mark.parametrize("report", REPORTS, ids=[p.parent.name for p in REPORTS])
+@pytest.mark.parametrize("report", REPORTS,
+                         ids=[p.relative_to(RESULTS).as_posix() for p in REPORTS])
 def test_a_committed_report_is_regenerated_byte_for_byte(report, tmp_path, cache_dir):
     experiment = report.parent
     for f in committed(experiment):  # the records and the report, as a fresh clone has them
