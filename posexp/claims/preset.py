@@ -185,10 +185,8 @@ def _check_lists(path: Path, tree: dict) -> None:
             raise UsageError(f"preset {path}: budgets must be a list of positive integers "
                              f"(train.tokens), got {budget!r:.40}")
     for encoding, lr in (tree.get("learning_rates") or {}).items():
-        if lr is None:  # the suite's sweep has not chosen yet: no run trains at a guess
-            raise UsageError(f"preset {path}: learning_rates.{encoding} is not chosen yet: "
-                             "run the learning-rate sweep its comments name and commit its "
-                             "choice first")
+        if lr is None:  # the suite's sweep has not chosen yet: refused when runs are made
+            continue
         if not (_fits(lr, float) and 0 < lr < float("inf")):
             raise UsageError(f"preset {path}: learning_rates.{encoding} must be a positive "
                              f"number, got {lr!r:.40}")
@@ -273,6 +271,10 @@ def with_lr(preset: DictConfig, run: list[str]) -> list[str]:
         raise UsageError(f"preset {preset.get('experiment')}: learning_rates has no rate for "
                          f"encoding {encoding} (every encoding trains at its own, from the "
                          "suite's sweep)")
+    if rates[encoding] is None:  # no run trains at a guess
+        raise UsageError(f"preset {preset.get('experiment')}: learning_rates.{encoding} is not "
+                         "chosen yet: run the learning-rate sweep its comments name and commit "
+                         "its choice first")
     return [*run, f"train.lr={rates[encoding]}"]
 
 

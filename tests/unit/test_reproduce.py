@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 from omegaconf import DictConfig, OmegaConf
 
 import posexp.claims.suite
@@ -28,7 +27,6 @@ from posexp.errors import PosexpError, UsageError
 from posexp.runs import load_runs
 from posexp.spans import layout
 from tests.conftest import compose_args as compose
-from tests.presets import shipped_preset
 
 C.register()
 
@@ -487,14 +485,12 @@ def test_every_shipped_preset_composes_every_run(name, tmp_path):
     share a run directory, at any seed: composed at the first seed (a seed changes no other
     value), with each run's directory at every seed from its name's seed -- checked by
     composing the first run at the last seed too."""
-    tree = shipped_preset(name)
-    unchosen = [e for e, lr in (tree.get("learning_rates") or {}).items() if lr is None]
+    preset = load_preset(name)[0]
+    unchosen = [e for e, lr in (preset.get("learning_rates") or {}).items() if lr is None]
     if unchosen:  # refused until its sweep chooses; composed here at a rate of the grid
         with pytest.raises(UsageError, match=f"learning_rates.{unchosen[0]} is not chosen"):
-            load_preset(name)
-        tree["learning_rates"] = {e: lr or 0.004 for e, lr in tree["learning_rates"].items()}
-        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(tree))
-    preset = load_preset(str(tmp_path / f"{name}.yaml") if unchosen else name)[0]
+            preset_runs(preset)
+        preset.learning_rates = {e: lr or 0.004 for e, lr in preset.learning_rates.items()}
     seeds = preset_seeds(preset, name)
 
     def path(run: list[str], seed: int) -> Path:
