@@ -77,7 +77,7 @@ def bands_notes(plain: Series, scalings: list[Key]) -> list[str]:
     if ident.get("encoding.base") is None or not ident.get("model.n_head"):
         return []
     d = int(ident["model.d_model"]) // int(ident["model.n_head"])
-    L = plain.train_len
+    L = plain.root_len  # RoPE scaling's L: a fine-tune's is its root run's (original_len)
     settings = sorted({(r["beta_fast"], r["beta_slow"]) for k in scalings if k is not None
                        and (r := dict(k))["method"] == "yarn"})
 
