@@ -166,15 +166,14 @@ CASES = [
     Case("4 data.cache_dir in a preset's fine-tune", ["reproduce", "--preset", "p.yaml"], 2,
          ["p.yaml: fine-tune 1 overrides: data.cache_dir cannot be set"],
          files={"p.yaml": preset("rope-scaling", lambda t: (
-             t["learning_rates"].update(rope=0.004),
              t["finetunes"][0]["overrides"].append("data.cache_dir={d}/elsewhere")))}),
-    Case("4 a preset whose rate its sweep has not chosen", ["reproduce", "--preset",
-                                                            "rope-scaling"], 2,
-         ["learning_rates.rope is not chosen yet: run the learning-rate sweep"]),
+    Case("4 a preset whose rate its sweep has not chosen", ["reproduce", "--preset", "p.yaml"], 2,
+         ["learning_rates.rope is not chosen yet: run the learning-rate sweep"],
+         files={"p.yaml": preset("rope-scaling", lambda t: t["learning_rates"].update(
+             rope=None))}),
     Case("4 a fine-tune with lr_factor and train.lr", ["reproduce", "--preset", "p.yaml"], 2,
          ["p.yaml: fine-tune 2 sets train.lr and lr_factor; give one"],
          files={"p.yaml": preset("rope-scaling", lambda t: (
-             t["learning_rates"].update(rope=0.004),
              t["finetunes"][1]["overrides"].append("train.lr=0.1")))}),
     # 5: a --config-dir module is imported only to train or score
     Case("5 train --cfg job imports no module", [
