@@ -71,6 +71,31 @@ def test_hinted_addition_puts_digit_i_of_each_number_under_one_hint(n):
         assert reversed_number(s) == reversed_number(a) + reversed_number(b)
 
 
+@pytest.mark.parametrize("n", [1, 2, 6, 20])
+def test_the_carries_scratchpad_is_column_addition_written_out(n):
+    """Solved as a person adds in columns: per column the operands' digits and the carry
+    in give the sum digit, then the carry out; the sum digits and the last carry read back
+    (least significant first) are a + b, and an instance fills tokens_for(n)."""
+    rng = np.random.default_rng(n)
+    carried = 0
+    for _ in range(50):
+        instance = TASKS["addition_carries"].sample(rng, n)
+        assert len(instance.tokens) == TASKS["addition_carries"].tokens_for(n)
+        prompt, answer = parts(instance)
+        plus = prompt.index("+")
+        a, b = prompt[:plus], prompt[plus + 1:]
+        assert len(a) == len(b) == n and len(answer) == 2 * n
+        carry = 0
+        for i in range(n):
+            total = int(a[i]) + int(b[i]) + carry
+            assert answer[2 * i:2 * i + 2] == [str(total % 10), str(total // 10)]
+            carry = total // 10
+            carried += carry
+        assert reversed_number([*answer[0::2], answer[-1]]) == \
+            reversed_number(a) + reversed_number(b)
+    assert carried > 0  # the instances exercise carries
+
+
 def test_a_length_past_the_hints_is_not_applicable():
     assert TASKS["copy_hints"].why_not(HINTS) is None
     assert "needs 129 index hints, past the 128" in TASKS["copy_hints"].why_not(HINTS + 1)
@@ -84,6 +109,7 @@ def test_the_printed_examples_of_the_docstrings():
         "#0 7 #1 5 + #0 8 #1 6 | #0 5 #1 2 #2 1 .")
     assert decode(TASKS["reverse_hints"].make(encode("a b"), start=4).tokens) == (
         "#4 a #5 b | #5 b #4 a .")
+    assert decode(TASKS["addition_carries"].make(57, 68, 2).tokens) == "7 5 + 8 6 | 5 1 2 1 ."
 
 
 def test_the_readme_prints_what_its_instance_printer_prints(capsys):

@@ -255,6 +255,23 @@ def test_the_task_recipe_sweep_plans_each_encoding_at_each_rate_and_batch(tmp_pa
         64, 4, 32, "copy")
 
 
+def test_the_addition_search_is_bounded_and_at_the_suites_scale(tmp_path):
+    """Issue #34: at most 8 runs -- format x n_max x step, RoPE at the suite's rate, seed 0 --
+    on the tasks preset's model, so that a recipe that passes is one the preset can adopt."""
+    C.register()
+    jobs, _ = plan_sweep(["sweep=addition-recipe", "data=task", "device=cpu",
+                          f"results_dir={tmp_path}", "--cfg", "job"])
+    grid = {(j.cfg.task.name, j.cfg.train.seq_len, j.cfg.train.batch_tokens)
+            for j in jobs}
+    assert len(jobs) == len(grid) == 8 and len({j.cfg.run_name for j in jobs}) == 8
+    assert grid == {(t, n, b) for t in ("addition_reversed", "addition_carries")
+                    for n in (32, 16) for b in (512, 256)}
+    assert {(j.cfg.encoding.name, j.cfg.train.lr, j.cfg.seed, j.cfg.train.tokens,
+             j.cfg.model.d_model, j.cfg.model.n_layer, j.cfg.model.init,
+             j.cfg.model.tie_weights) for j in jobs} == {
+        ("rope", 0.003, 0, 4_000_000, 64, 4, "torch", False)}
+
+
 def test_the_interval_of_a_difference_adds_the_distances_in_quadrature():
     d = stats.difference_interval((0.5, 0.4, 0.7), (0.2, 0.1, 0.25))
     assert d.value == pytest.approx(0.3)

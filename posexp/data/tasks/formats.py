@@ -12,6 +12,10 @@ of the registry and one config file), so that a run names its format as it names
   are a run of consecutive hints #s .. #s+n-1 from a start s drawn uniformly at random (as
   Zhou et al. draw them), so that training reaches every hint a longer instance needs.
   ``addition_hints`` is reversed addition with hints, their strongest format.
+* ``addition_carries`` -- reversed addition with a carry scratchpad (after Lee et al. 2023's
+  simplified scratchpad): each digit of the sum is followed by the carry out of its
+  position, so that the carry a digit needs is the token just written and every step of
+  the algorithm is a lookup of three nearby digits.
 
 Every format keeps its base task's length unit and its ``make``/``sample`` contract;
 ``tokens_for`` counts the hints.  A length whose hints would run past the last one is n/a.
@@ -26,7 +30,7 @@ import numpy as np
 from posexp.data.tasks.base import Instance, make_instance
 from posexp.data.tasks.generators import AdditionTask, CopyTask, ReverseTask, _digits
 from posexp.data.tasks.registry import register_task
-from posexp.data.tasks.vocab import HINT0, HINTS, LETTER0, LETTERS, PLUS
+from posexp.data.tasks.vocab import DIGIT0, HINT0, HINTS, LETTER0, LETTERS, PLUS
 
 
 def interleave(hints: np.ndarray, symbols: Sequence[int]) -> list[int]:
@@ -123,6 +127,28 @@ class HintedAdditionTask(_Hinted, ReversedAdditionTask):
         return self.make(a, b, length, start)
 
 
+class CarriesAdditionTask(ReversedAdditionTask):
+    """Reversed addition whose answer writes, for each position i from the least
+    significant, the sum digit s_i and then the carry c_i out of it; the last carry is the
+    sum's top digit.  n=2, 57 + 68 = 125: ``7 5 + 8 6 | 5 1 2 1 .`` (7+8 = 15: 5 carry 1;
+    5+6+1 = 12: 2 carry 1)."""
+
+    name, task_id = "addition_carries", 12
+    description = ("add two n-digit numbers written least significant digit first, each sum "
+                   "digit followed by its carry")
+
+    def tokens_for(self, length: int) -> int:
+        return 4 * length + 3
+
+    def make(self, a: int, b: int, n: int) -> Instance:
+        plain = super().make(a, b, n)
+        answer, carry = [], 0
+        for x, y in zip(_digits(a, n)[::-1], _digits(b, n)[::-1], strict=True):
+            carry, digit = divmod((x - DIGIT0) + (y - DIGIT0) + carry, 10)
+            answer += [DIGIT0 + digit, DIGIT0 + carry]
+        return make_instance(plain.prompt, answer, n)
+
+
 for _task in (ReversedAdditionTask(), HintedCopyTask(), HintedReverseTask(),
-              HintedAdditionTask()):
+              HintedAdditionTask(), CarriesAdditionTask()):
     register_task(_task)
