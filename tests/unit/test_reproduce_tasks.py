@@ -195,14 +195,22 @@ def test_claims_compare_only_the_same_instances(tmp_path):
 
 
 def test_the_tasks_presets_hold_the_claims_of_the_issue():
-    """Issue #26: copy, reverse and addition in a format of the literature, every arm under
-    the corpus suites' policy at its own learning rate, judged on exact match only where
-    it is learned."""
-    addition = {"tasks": "addition_reversed", "tasks-gpu": "addition_hints"}
+    """Issues #26 and #34: copy and reverse (on the CPU plain and with index hints; addition,
+    not learned at the CPU scale, with hints on the GPU), every arm under the corpus suites'
+    policy, judged on exact match only where it is learned; every task of the claims has
+    every arm trained."""
+    tasks = {"tasks": {"copy", "reverse", "copy_hints", "reverse_hints"},
+             "tasks-gpu": {"copy", "reverse", "addition_hints"}}
     for name in ("tasks", "tasks-gpu"):
         preset = load_preset(name)[0]
         assert preset.claims == "tasks" and len(preset.seeds) == 3
-        assert set(preset.thresholds.tasks) == {"copy", "reverse", addition[name]}
+        assert set(preset.thresholds.tasks) == tasks[name]
+        trained = {(o.split("=")[1], e.split("=")[1]) for run in preset.runs
+                   for o in run if o.startswith("task=") for e in run if e.startswith("encoding=")}
+        assert trained == {(t, e) for t in tasks[name]
+                           for e in ("nope", "learned", "sinusoidal", "rope", "alibi")}
+        assert sum("train.random_positions" in " ".join(run) for run in preset.runs) == \
+            len(tasks[name])
         assert set(preset.thresholds.absolute) == {"learned", "sinusoidal"}
         assert (preset.thresholds.metric, preset.thresholds.learned) == ("exact", 0.9)
         assert {"model.init=torch", "model.tie_weights=false"} <= set(preset.overrides)
