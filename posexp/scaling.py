@@ -48,6 +48,10 @@ class Method:
     # model that has them; posexp has no formula of its own (not among computed())
     model_factors: bool = False
 
+    def defaults(self) -> dict[str, float]:
+        """The method's parameters at the paper's values."""
+        return {p.name: p.default for p in self.params}
+
 
 def _yarn_rule(p: Mapping[str, float]) -> str | None:
     if p["beta_fast"] > p["beta_slow"] > 0:
@@ -72,12 +76,15 @@ def yarn_ramp(d: int, base: float, L: int, beta_fast: float, beta_slow: float) -
     return [min(max((i - low) / (high - low), 0.0), 1.0) for i in range(d // 2)]
 
 
-def yarn_bands(d: int, base: float, L: int, beta_fast: float = 32.0,
-               beta_slow: float = 1.0) -> tuple[int, int, int]:
+def yarn_bands(d: int, base: float, L: int, beta_fast: float | None = None,
+               beta_slow: float | None = None) -> tuple[int, int, int]:
     """(kept, blended, interpolated): how many of RoPE's d/2 frequency pairs YaRN leaves as
-    they are, blends, and divides by the factor at training length L (yarn_ramp).  Llama 2
-    (L 4,096, head size 128): 21, 25, 18 of 64 -- 33%, 39%, 28%."""
-    ramp = yarn_ramp(d, base, L, beta_fast, beta_slow)
+    they are, blends, and divides by the factor at training length L (yarn_ramp), at the
+    paper's betas where not given.  Llama 2 (L 4,096, head size 128): 21, 25, 18 of 64 --
+    33%, 39%, 28%."""
+    paper = METHODS["yarn"].defaults()
+    ramp = yarn_ramp(d, base, L, paper["beta_fast"] if beta_fast is None else beta_fast,
+                     paper["beta_slow"] if beta_slow is None else beta_slow)
     kept, interpolated = ramp.count(0.0), ramp.count(1.0)
     return kept, len(ramp) - kept - interpolated, interpolated
 

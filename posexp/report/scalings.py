@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from posexp.report.curves import PERCENT, Cell, fmt, ppl_cell, ratio_cell
 from posexp.report.series import Series
-from posexp.scaling import Key, yarn_bands
+from posexp.scaling import METHODS, Key, yarn_bands
 from posexp.scaling import text as scaling_text
 from posexp.stats import Interval
 
@@ -87,7 +87,8 @@ def bands_notes(plain: Series, scalings: list[Key]) -> list[str]:
     notes = []
     for fast, slow in settings:
         bands = yarn_bands(d, float(ident["encoding.base"]), L, fast, slow)
-        params = "" if (fast, slow) == (32.0, 1.0) else f", beta_fast {fast:g}, beta_slow {slow:g}"
+        paper = {"beta_fast": fast, "beta_slow": slow} == METHODS["yarn"].defaults()
+        params = "" if paper else f", beta_fast {fast:g}, beta_slow {slow:g}"
         notes.append(f"YaRN's frequency pairs at L={L}, head size {d}{params}: {shares(bands)} "
                      f"kept / blended / interpolated ({bands[0]}, {bands[1]}, {bands[2]} of "
                      f"{sum(bands)}); Llama 2 at L={LLAMA2[0]}, head size {LLAMA2[1]}: "
