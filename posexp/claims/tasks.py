@@ -33,8 +33,9 @@ from posexp.claims.base import (
 )
 from posexp.claims.registry import ClaimSet, Sections, numbered, register_claim_set
 from posexp.claims.sources import KAZEMNEJAD, KAZEMNEJAD_SCALE, RUOSS, RUOSS_SCALE
+from posexp.config.check import check_name
 from posexp.errors import UsageError
-from posexp.runs import RunResult
+from posexp.runs import RunResult, load_runs
 
 # An arm of a task claim: (task, encoding, variant) -- runs of one task and encoding, plain
 # (variant ()) or on random positions (VARIANT_KEYS' values, as variant_of gives them).
@@ -51,6 +52,9 @@ class Thresholds:
     learned: float  # an arm is compared only if its exact match at n_max is at least this
     tie: Margin  # NoPE's claim: NoPE minus each absolute encoding, above -margin
     min_gain: Margin  # Ruoss et al.'s claim: randomized minus plain, above margin
+    # task -> the experiment of its recipe search: a task left out of `tasks` because no
+    # recipe learned it at this scale, reported with what its search reached (searched_note)
+    searched: dict | None = None
 
 
 def at_least(margin: float) -> Kind:
@@ -89,6 +93,8 @@ def task_claims(preset: DictConfig) -> tuple[list[Claim], list[Claim]]:
     metric, M = str(th.metric), int(th.random_positions)
     if metric not in ("exact", "token_acc"):  # checked before any run trains
         raise UsageError(f"thresholds.metric must be exact or token_acc, got {metric!r}")
+    for task, experiment in (th.get("searched") or {}).items():  # read beside the preset's
+        check_name(f"thresholds.searched.{task}", experiment)
     what = "exact match" if metric == "exact" else "token accuracy"
     nope = [
         Claim(f"NoPE generalizes to longer {task} instances at least as well as absolute "
@@ -226,6 +232,42 @@ def gate_table(runs: list[RunResult], preset: DictConfig) -> str | None:
         "|---|---|" + "---:|" * len(seeds), *rows])
 
 
+def searched_note(runs: list[RunResult], preset: DictConfig) -> str | None:
+    """For each task of thresholds.searched, what its recipe search (the completed runs of
+    its experiment, beside the preset's under the same results directory) reached: the
+    best exact match at n_max and the run that reached it -- "not learned at this scale"
+    when it is below thresholds.learned, so that the task's claims are said to be out of
+    reach rather than left out in silence."""
+    searched, learned = dict(preset.thresholds.get("searched") or {}), float(
+        preset.thresholds.learned)
+    if not searched or not runs:
+        return None
+    root = Path(runs[0].path).parent.parent
+    lines = []
+    for task, experiment in searched.items():
+        found = load_runs(root / experiment)[0] if (root / experiment).is_dir() else []
+        scored = [(v, r.name) for r in found if (v := in_distribution(r)) is not None]
+        if not scored:
+            lines.append(f"- **{task}**: not measured: no completed run of its search in "
+                         f"{experiment}/.")
+            continue
+        best, name = max(scored)
+        verdict = ("a recipe learned it: train the preset's arms on it to judge its claims"
+                   if best >= learned else "**not learned at this scale**")
+        lines.append(f"- **{task}**: {verdict}; the best of the {len(scored)} runs of its "
+                     f"recipe search ({experiment}/) reached exact match {best:.3f} at n_max "
+                     f"({name}), against {learned:g} to be compared.")
+    return "\n".join(["## Tasks searched for a recipe", "",
+                      "Tasks this preset's claims leave out because no recipe of their search "
+                      "learned them in distribution at this scale:", "", *lines])
+
+
+def tasks_note(runs: list[RunResult], preset: DictConfig) -> str | None:
+    """verdicts.md's sections after the verdicts: the gate table and the searched tasks."""
+    parts = [gate_table(runs, preset), searched_note(runs, preset)]
+    return "\n\n".join(p for p in parts if p) or None
+
+
 def judge_accuracy(claim: Claim, runs: list[RunResult], metric: str,
                    train_len: int, number: int, learned: float = 0.0) -> Verdict:
     """A task claim's verdict.  Per seed, each test's statistic is a difference of mean
@@ -320,4 +362,4 @@ def judge_tasks(sections: Sections, runs: list[RunResult], preset: DictConfig,
                            float(th.learned)) for n, c in numbered(sections)]
 
 
-register_claim_set(ClaimSet("tasks", Thresholds, sections, judge=judge_tasks, note=gate_table))
+register_claim_set(ClaimSet("tasks", Thresholds, sections, judge=judge_tasks, note=tasks_note))

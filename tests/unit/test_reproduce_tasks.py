@@ -4,6 +4,7 @@ import functools
 import json
 from pathlib import Path
 
+import pytest
 from omegaconf import OmegaConf
 
 from posexp import config as C
@@ -11,9 +12,10 @@ from posexp import stats
 from posexp.claims import verdicts
 from posexp.claims.base import FAILS, HOLDS, INCONCLUSIVE, UNMEASURED
 from posexp.claims.preset import load_preset, preset_runs
-from posexp.claims.tasks import gate_table
+from posexp.claims.tasks import gate_table, searched_note, task_claims
 from posexp.config import compose_overrides
 from posexp.data.tasks import binomial_interval
+from posexp.errors import UsageError
 from posexp.runs import load_runs
 
 C.register()
@@ -292,3 +294,32 @@ def test_the_gate_table_shows_each_arm_and_seed_at_n_max(tmp_path):
     assert rows[("| copy", "rope randomized")] == ["-", "0.950 |"]  # no run at seed 0
     assert rows[("| copy", "sinusoidal")] == ["-", "- |"]
     assert gate_table([], PRESET) is None
+
+
+def test_a_searched_task_reads_what_its_search_reached(tmp_path):
+    """Issue #34: a task left out of the claims because no recipe learned it reads "not
+    learned at this scale" with the best exact match at n_max of its search's runs (read
+    from the search's experiment beside the preset's), never a number of another task."""
+    suite, search = tmp_path / "reproduce-tasks", tmp_path / "addition-recipe"
+    make_run(suite, "copy", "nope", 0, [0.6, 0.4])
+    preset = OmegaConf.merge(PRESET, {"thresholds": {"searched": {"addition": search.name}}})
+    assert searched_note(load_runs(suite)[0], preset).splitlines()[-1] == (
+        "- **addition**: not measured: no completed run of its search in addition-recipe/.")
+    make_run(search, "addition_reversed", "rope", 0, [0.0, 0.0], at_n_max=0.012)
+    make_run(search, "addition_carries", "rope", 0, [0.0, 0.0], at_n_max=0.25)
+    note = searched_note(load_runs(suite)[0], preset)
+    assert note.splitlines()[0] == "## Tasks searched for a recipe"
+    assert note.splitlines()[-1] == (
+        "- **addition**: **not learned at this scale**; the best of the 2 runs of its recipe "
+        "search (addition-recipe/) reached exact match 0.250 at n_max "
+        "(addition_carries-rope-L16-s0), against 0.9 to be compared.")
+    make_run(search, "addition_carries", "nope", 0, [0.0, 0.0], at_n_max=0.95)
+    assert "a recipe learned it" in searched_note(load_runs(suite)[0], preset)
+    assert searched_note(load_runs(suite)[0], PRESET) is None  # nothing searched
+
+
+def test_a_searched_experiment_must_be_a_plain_name():
+    preset = OmegaConf.merge(PRESET, {"thresholds": {"searched": {"addition": "../../etc"}}})
+    with pytest.raises(UsageError, match=r"thresholds\.searched\.addition must be a plain "
+                                         "directory name"):
+        task_claims(preset)
