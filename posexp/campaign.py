@@ -254,8 +254,9 @@ def timed_job(cfg: DictConfig) -> str:
     if its estimate fits in the time left; one stopped at the limit is pending, not a stop
     of the sweep by a signal."""
     from posexp.run.training import Interrupted
-    from posexp.sweep.launch import sweep_job
+    from posexp.sweep.launch import guard_worker, sweep_job
 
+    guard_worker()  # also for a job that returns pending without training
     campaign, _ = read_plan(SWEEP)
     path = Path(cfg.results_dir) / cfg.experiment / cfg.run_name
     if held_elsewhere(campaign, path) or not campaign.admit(path, cfg):

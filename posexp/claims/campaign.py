@@ -115,8 +115,9 @@ def campaign_job(job: dict) -> str:
     from posexp.config import RunSpec, apply_overrides
     from posexp.run.restore import lacks_points, restore_weights
     from posexp.runs.parents import finetune_config
-    from posexp.sweep.launch import sweep_job
+    from posexp.sweep.launch import guard_worker, sweep_job
 
+    guard_worker()  # before the composing, and for a job that returns pending
     campaign, _ = read_plan(COMMAND)
     if "parent" in job:
         configs = [finetune_config(Path(job["parent"]), job["overrides"], record=True)]
@@ -244,7 +245,7 @@ def run_campaign(preset: DictConfig, configs: list[DictConfig], paths: list[Path
                                        campaign)
         else:
             paths, failed = train_all(preset, configs, paths, tunes, campaign)
-    if watched and STOPPED["signum"] is not None and not campaign.expired:
+    if watched and STOPPED["signum"] is not None and (not campaign.expired or STOPPED["broke"]):
         raise stopped_line(configs, STOPPED["signum"])
     return paths, failed, campaign, pending_runs(configs, paths, tunes, failed)
 

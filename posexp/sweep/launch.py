@@ -31,6 +31,23 @@ def worker_threads(launcher: DictConfig) -> int | None:
     return None
 
 
+def guard_worker() -> bool:
+    """First thing in a job that a parallel launcher runs in a worker process: SIGINT and
+    SIGTERM (a terminal's Ctrl-C and timeout reach the whole process group) write the stop
+    file instead of ending the worker -- a worker ended so breaks joblib's pool, which
+    reports a dead worker instead of the stop.  Returns whether the job runs in a worker
+    (not under the basic launcher, which runs it in the sweep's own process)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    target = str(HydraConfig.get().launcher.get("_target_", ""))
+    if "BasicLauncher" in target:
+        return False
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(ValueError):
+            signal.signal(sig, request_stop)
+    return True
+
+
 def sweep_job(cfg: DictConfig) -> str:
     """One job of a sweep, its config planned and checked (sweep.plan), run by Hydra's
     launcher; returns the run's status.  Under a parallel launcher every line the job
@@ -50,11 +67,7 @@ def sweep_job(cfg: DictConfig) -> str:
     threads = worker_threads(launcher)
     if threads:
         torch.set_num_threads(threads)
-    sequential = "BasicLauncher" in str(launcher.get("_target_", ""))
-    if not sequential:  # a worker: a signal between jobs stops the sweep, and not the worker
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(ValueError):
-                signal.signal(sig, request_stop)
+    sequential = not guard_worker()
     if stop_requested() is not None:
         return "not started"
     with contextlib.nullcontext() if sequential else whole_lines(f"[{cfg.run_name}] "):
@@ -115,6 +128,8 @@ def stopped_line(jobs: list[DictConfig], signum: int) -> Stopped:
                                if status != "missing"]
     if counts.get("missing"):
         parts.append(f"{counts['missing']} not started")
+    if STOPPED.get("broke"):
+        parts.append(f"the launcher broken off by a worker the signal ended ({STOPPED['broke']})")
     error = Stopped(f"stopped by {signal.Signals(signum).name}: {', '.join(parts)}; run the "
                     "same command again to finish the sweep")
     error.exit_code = 128 + signum

@@ -30,8 +30,9 @@ def request_stop(signum: int, frame: object = None) -> None:
         os.replace(f"{path}.tmp{os.getpid()}", path)
 
 
-# The stop a sweep ended with, read by summarize: the signal's number, once one came.
-STOPPED: dict[str, int | None] = {"signum": None}
+# The stop a sweep ended with, read by summarize: the signal's number, once one came, and
+# why the launcher broke off (a worker ended by it), if it did.
+STOPPED: dict[str, int | str | None] = {"signum": None, "broke": None}
 
 
 @contextlib.contextmanager
@@ -46,9 +47,14 @@ def stopping() -> Iterator[None]:
     saved = os.environ.get(STOP_FILE)
     os.environ[STOP_FILE] = path  # jobs in this process and in workers started from it
     STOPPED["signum"] = None
+    STOPPED["broke"] = None
     try:
         with on_signals(request_stop):
             yield
+    except Exception as e:  # the launcher gave up: if a signal came, that was the stop
+        if not os.path.exists(path):
+            raise
+        STOPPED["broke"] = type(e).__name__  # a worker the signal reached before its handler
     finally:
         with contextlib.suppress(OSError, ValueError, IndexError):
             STOPPED["signum"] = int(Path(path).read_text().split()[0])

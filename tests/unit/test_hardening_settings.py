@@ -395,3 +395,26 @@ def test_the_default_warm_up_fits_the_run_and_the_learning_rate_decays(args, war
              for s in range(plan.total_steps)]
     assert max(rates) == pytest.approx(t.lr, rel=0.05)  # it reaches its peak...
     assert rates[-1] < 0.2 * t.lr  # ...and decays by the last step
+
+def test_a_launcher_broken_by_a_signal_ends_as_the_stop_it_was():
+    """A signal to the whole process group (Ctrl-C, timeout) can end a joblib worker before
+    its job has installed its handler; joblib then raises for the dead worker.  Once the
+    stop file says a signal came, that error is the stop -- the sweep ends with its stop line
+    (exit 128 + n) -- and without one it is raised as it was."""
+    from posexp.sweep.launch import stopped_line
+    from posexp.sweep.stop import STOPPED, request_stop, stopping
+
+    class TerminatedWorkerError(Exception):
+        pass
+
+    with stopping():
+        request_stop(signal.SIGTERM)
+        raise TerminatedWorkerError("A worker process was unexpectedly terminated")
+    assert (STOPPED["signum"], STOPPED["broke"]) == (signal.SIGTERM, "TerminatedWorkerError")
+    line = stopped_line([], STOPPED["signum"])
+    assert line.exit_code == 128 + signal.SIGTERM
+    assert "the launcher broken off by a worker the signal ended (TerminatedWorkerError)" in \
+        str(line)
+    with pytest.raises(TerminatedWorkerError), stopping():
+        raise TerminatedWorkerError("no signal came: a failure of its own")
+    assert (STOPPED["signum"], STOPPED["broke"]) == (None, None)
