@@ -184,7 +184,7 @@ def test_a_damaged_task_point_makes_the_run_damaged(task_runs, tmp_path):
     (["task=copy"], "task=copy is set, but this run trains on data=stdlib; add data=task"),
     (["data=task"], "data=task needs a task: add task=NAME, one of copy, reverse, sort"),
     (["data=task", "task=juggle"], "there is no task 'juggle'; available options in 'task': "
-                                   "addition, addition_hints, "
+                                   "addition, addition_carries, addition_hints, "
                                    "addition_reversed, copy"),
     (["data=task", "task=copy", "eval.task_lengths=[0]"],
      "each of eval.task_lengths must be a positive integer, got 0"),
