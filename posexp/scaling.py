@@ -1,13 +1,13 @@
 """RoPE context-extension methods: the one table of their names, parameters and defaults.
 
 Each method changes only RoPE's inverse frequencies (and YaRN its attention temperature);
-its formula lives in ``posexp/encodings/rope_scaling.py`` under the same name (LongRoPE,
-whose factors a pretrained model supplies, has none).  Everything else -- the config
+its entry names its formula, a function ("module:function", imported when a run is scored;
+posexp's own are in ``posexp/encodings/rope_scaling.py``).  LongRoPE, whose factors a
+pretrained model supplies, has none.  Everything else -- the config
 schema's parameter keys, the checks of ``eval.rope_scaling`` and ``encoding.scaling``, the
 records eval.json holds, labels in tables and figures, help text, how a pretrained model
 gets it from transformers -- reads this table.  It imports neither torch nor numpy, so
-``posexp ls`` and ``report`` stay fast.  Adding a method is an entry here and a function
-there.
+``posexp ls`` and ``report`` stay fast.  Adding a method is an entry here and its function.
 
 A scaling is written down as a *record* (eval.json's ``rope_scaling``, a fine-tune's
 ``encoding.scaling``): its method, its factor, and the parameters that method reads, in the
@@ -44,9 +44,14 @@ class Method:
     # where hf_original_len
     hf_rope_type: str | None = None
     hf_original_len: bool = False
-    # the model supplies its per-pair factors (LongRoPE, as Phi-3 does): only a pretrained
-    # model that has them; posexp has no formula of its own (not among computed())
-    model_factors: bool = False
+    # its formula, "module:function": (scaling, d, base, L, T) -> (inv_freq float64 [d/2],
+    # factor on cos and sin).  None: the model supplies its per-pair factors (LongRoPE, as
+    # Phi-3 does), so only a pretrained model that has them takes it (not among computed())
+    formula: str | None = None
+
+    @property
+    def model_factors(self) -> bool:
+        return self.formula is None
 
     def defaults(self) -> dict[str, float]:
         """The method's parameters at the paper's values."""
@@ -96,23 +101,25 @@ def _llama3_rule(p: Mapping[str, float]) -> str | None:
             f"{p['high_freq_factor']}, {p['low_freq_factor']}")
 
 
+OURS = "posexp.encodings.rope_scaling"  # the module of posexp's own formulas
+
 METHODS: dict[str, Method] = {m.name: m for m in (
     Method("linear", "PI", "Chen et al. 2023, Position Interpolation (arXiv:2306.15595)",
-           hf_rope_type="linear"),
-    Method("ntk", "NTK-aware", "bloc97 2023, NTK-aware scaled RoPE"),
+           hf_rope_type="linear", formula=f"{OURS}:linear"),
+    Method("ntk", "NTK-aware", "bloc97 2023, NTK-aware scaled RoPE", formula=f"{OURS}:ntk"),
     Method("dynamic", "dynamic NTK", "emozilla 2023, dynamically scaled RoPE",
-           follows_window=True, hf_rope_type="dynamic"),
+           follows_window=True, hf_rope_type="dynamic", formula=f"{OURS}:dynamic"),
     Method("yarn", "YaRN", "Peng et al., ICLR 2024 (arXiv:2309.00071)",
            (Param("beta_fast", 32.0, "pairs turning more often than this over L keep theta"),
             Param("beta_slow", 1.0, "pairs turning less often than this over L get theta / s")),
-           _yarn_rule, hf_rope_type="yarn", hf_original_len=True),
+           _yarn_rule, hf_rope_type="yarn", hf_original_len=True, formula=f"{OURS}:yarn"),
     Method("llama3", "Llama 3", "Meta, Llama 3.1 apply_scaling",
            (Param("low_freq_factor", 1.0, "wavelengths above L / this are interpolated"),
             Param("high_freq_factor", 4.0, "wavelengths below L / this are kept")),
-           _llama3_rule, hf_rope_type="llama3", hf_original_len=True),
+           _llama3_rule, hf_rope_type="llama3", hf_original_len=True,
+           formula=f"{OURS}:llama3"),
     Method("longrope", "LongRoPE", "Ding et al., ICML 2024 (arXiv:2402.13753), with the "
-           "model's own factors", hf_rope_type="longrope", hf_original_len=True,
-           model_factors=True),
+           "model's own factors", hf_rope_type="longrope", hf_original_len=True),
 )}
 
 

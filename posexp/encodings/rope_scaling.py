@@ -29,12 +29,13 @@ Factor 1 gives plain RoPE exactly for every method but ``dynamic`` above L (see 
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Callable
 
 import torch
 
-from posexp.scaling import RopeScaling, yarn_ramp
+from posexp.scaling import METHODS, RopeScaling, yarn_ramp
 
 
 def plain_inv_freq(d: int, base: float) -> torch.Tensor:
@@ -53,27 +54,27 @@ def _ntk_exponent(d: int) -> float:
     return d / (d - 2)
 
 
-def _linear(s: RopeScaling, d: int, base: float, L: int, T: int) -> tuple[torch.Tensor, float]:
+def linear(s: RopeScaling, d: int, base: float, L: int, T: int) -> tuple[torch.Tensor, float]:
     return plain_inv_freq(d, base) / s.factor, 1.0
 
 
-def _ntk(s: RopeScaling, d: int, base: float, L: int, T: int) -> tuple[torch.Tensor, float]:
+def ntk(s: RopeScaling, d: int, base: float, L: int, T: int) -> tuple[torch.Tensor, float]:
     return plain_inv_freq(d, base * s.factor ** _ntk_exponent(d)), 1.0
 
 
-def _dynamic(s: RopeScaling, d: int, base: float, L: int, T: int) -> tuple[torch.Tensor, float]:
+def dynamic(s: RopeScaling, d: int, base: float, L: int, T: int) -> tuple[torch.Tensor, float]:
     if T <= L:
         return plain_inv_freq(d, base), 1.0
     return plain_inv_freq(d, base * (s.factor * T / L - (s.factor - 1)) ** _ntk_exponent(d)), 1.0
 
 
-def _yarn(s: RopeScaling, d: int, base: float, L: int, T: int) -> tuple[torch.Tensor, float]:
+def yarn(s: RopeScaling, d: int, base: float, L: int, T: int) -> tuple[torch.Tensor, float]:
     interpolate = torch.tensor(yarn_ramp(d, base, L, s.params["beta_fast"],
                                          s.params["beta_slow"]), dtype=torch.float64)
     return _blend(plain_inv_freq(d, base), s.factor, 1 - interpolate), 0.1 * math.log(s.factor) + 1
 
 
-def _llama3(s: RopeScaling, d: int, base: float, L: int, T: int) -> tuple[torch.Tensor, float]:
+def llama3(s: RopeScaling, d: int, base: float, L: int, T: int) -> tuple[torch.Tensor, float]:
     inv_freq = plain_inv_freq(d, base)
     rotations = L * inv_freq / (2 * math.pi)  # L / wavelength
     low, high = s.params["low_freq_factor"], s.params["high_freq_factor"]
@@ -81,11 +82,20 @@ def _llama3(s: RopeScaling, d: int, base: float, L: int, T: int) -> tuple[torch.
     return _blend(inv_freq, s.factor, keep.clamp(0, 1)), 1.0
 
 
-# Each method of the table (posexp/scaling.py), by its name: (scaling, d, base, L, T) ->
-# (inv_freq float64 [d/2], factor on cos and sin)
-FREQUENCIES: dict[str, Callable[..., tuple[torch.Tensor, float]]] = {
-    "linear": _linear, "ntk": _ntk, "dynamic": _dynamic, "yarn": _yarn, "llama3": _llama3,
-}
+Formula = Callable[[RopeScaling, int, float, int, int], tuple[torch.Tensor, float]]
+
+
+def formula(method: str) -> Formula:
+    """The function the method's entry in posexp/scaling.py names ("module:function")."""
+    entry = METHODS.get(method)
+    if entry is None or entry.formula is None:
+        raise ValueError(f"RoPE scaling {method!r} has no formula of posexp's to compute")
+    module, _, name = entry.formula.partition(":")
+    found = getattr(importlib.import_module(module), name, None)
+    if not callable(found):
+        raise ValueError(f"RoPE scaling {method!r}: its formula {entry.formula!r} is not a "
+                         "function")
+    return found
 
 
 def rope_frequencies(
@@ -109,6 +119,4 @@ def rope_frequencies(
         return plain_inv_freq(d, base), 1.0  # what the formulas reduce to, without rounding
     if scaling.follows_window and window_len is None:
         raise ValueError("dynamic RoPE scaling needs the window length")
-    if scaling.method not in FREQUENCIES:
-        raise ValueError(f"RoPE scaling {scaling.method!r} has no formula in rope_scaling.py")
-    return FREQUENCIES[scaling.method](scaling, d, base, original_len, window_len)
+    return formula(scaling.method)(scaling, d, base, original_len, window_len)

@@ -27,11 +27,10 @@ def registries():
     from posexp.claims import CLAIM_SETS
     from posexp.data.tasks import TASKS
     from posexp.encodings import ENCODINGS
-    from posexp.encodings.rope_scaling import FREQUENCIES
     from posexp.report import FIGURES
 
     saved = [(registry, dict(registry)) for registry in
-             (scaling.METHODS, CLAIM_SETS, TASKS, ENCODINGS, FREQUENCIES)]
+             (scaling.METHODS, CLAIM_SETS, TASKS, ENCODINGS)]
     figures = list(FIGURES)
     yield
     for registry, content in saved:
@@ -62,13 +61,19 @@ def add_task(configs: Path) -> None:
     (configs / "task" / "mirror.yaml").write_text("defaults:\n  - task_schema\nname: mirror\n")
 
 
-def add_scaling_method() -> None:
-    """halve: every RoPE frequency halved (a table entry and its formula)."""
-    from posexp import scaling
-    from posexp.encodings.rope_scaling import FREQUENCIES, plain_inv_freq
+def halved(s, d: int, base: float, L: int, T: int):
+    """The halve method's formula: every RoPE frequency halved."""
+    from posexp.encodings.rope_scaling import plain_inv_freq
 
-    scaling.METHODS["halve"] = scaling.Method("halve", "halved", "a test's own")
-    FREQUENCIES["halve"] = lambda s, d, base, L, T: (plain_inv_freq(d, base) / 2, 1.0)
+    return plain_inv_freq(d, base) / 2, 1.0
+
+
+def add_scaling_method() -> None:
+    """halve: a table entry naming its formula, a function of this module."""
+    from posexp import scaling
+
+    scaling.METHODS["halve"] = scaling.Method("halve", "halved", "a test's own",
+                                              formula=f"{__name__}:halved")
 
 
 def add_claim() -> None:

@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from posexp.encodings.rope_scaling import FREQUENCIES
+from posexp.encodings.rope_scaling import formula
 from posexp.errors import UsageError
 from posexp.evaluate.windows import Scoring, extrapolation_curve
 from posexp.pretrained.model import PretrainedLM, describe, hf_config, load
@@ -134,8 +134,8 @@ def test_each_scaling_is_the_model_loaded_with_transformers_rope_settings(models
         assert (ours - plain.double()).abs().max() > 1e-3, f"{method} changed nothing"
         # and the frequencies are posexp's own formulas for the method
         module = rotary_modules(lm.model)[0][1]
-        inv_freq, factor = FREQUENCIES[method](RopeScaling(**rec), d, lm.described.base,
-                                               tiny.CONTEXT, 160)
+        inv_freq, factor = formula(method)(RopeScaling(**rec), d, lm.described.base,
+                                             tiny.CONTEXT, 160)
         assert torch.allclose(module.inv_freq.double(), inv_freq, rtol=1e-6), method
         assert module.attention_scaling == pytest.approx(factor, rel=1e-6)
     rescaler.set(None)

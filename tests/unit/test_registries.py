@@ -13,7 +13,7 @@ from posexp.config import CONFIG_DIR
 from posexp.config.schema import ScalingParams
 from posexp.data.tasks import TASKS
 from posexp.encodings import ENCODINGS
-from posexp.encodings.rope_scaling import FREQUENCIES
+from posexp.encodings.rope_scaling import formula
 from posexp.report import FIGURES
 
 CONFIGS = Path(CONFIG_DIR)
@@ -55,7 +55,10 @@ def test_an_encoding_says_it_has_a_position_table_exactly_when_it_trains_one():
 
 
 def test_every_scaling_method_has_its_formula_and_its_parameters_their_keys():
-    assert set(FREQUENCIES) == set(scaling.computed())  # LongRoPE: the model's own factors
+    for name in scaling.computed():  # each entry's formula is a function of posexp's
+        assert formula(name).__module__ == scaling.OURS, name
+    with pytest.raises(ValueError, match="no formula of posexp's"):  # LongRoPE: the model's
+        formula("longrope")
     assert [f.name for f in dataclasses.fields(ScalingParams)] == [
         p.name for p in scaling.all_params()]
     for method in scaling.METHODS.values():  # a pretrained model gets each from transformers,
