@@ -175,10 +175,14 @@ def sections(preset: DictConfig) -> Sections:
 
 
 def learned_property(runs: list[RunResult], preset: DictConfig) -> str:
-    """What posexp did past a learned table's size: a property of the encoding (it has no
-    rows there), not evidence for a claim."""
+    """What posexp did past a table of learned positions (an encoding with a
+    ``position_table``, as learned's): a property of the encoding (it has no rows there), not
+    evidence for a claim."""
+    from posexp.encodings import ENCODINGS  # the registry (imports torch: not at start-up)
+
     train_len = int(preset.train_seq_len)
-    lengths = sorted({p["length"] for r in runs if r.encoding == "learned"
+    tables = {name for name, spec in ENCODINGS.items() if spec.position_table}
+    lengths = sorted({p["length"] for r in runs if r.encoding in tables
                       and r.train_len == train_len for p in r.curve if not p["applicable"]})
     shown = ", ".join(map(str, lengths)) if lengths else "no length past the table"
     return ("## A property, not a claim\n\n"
