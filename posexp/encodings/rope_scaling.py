@@ -91,7 +91,11 @@ def formula(method: str) -> Formula:
     if entry is None or entry.formula is None:
         raise ValueError(f"RoPE scaling {method!r} has no formula of posexp's to compute")
     module, _, name = entry.formula.partition(":")
-    found = getattr(importlib.import_module(module), name, None)
+    try:
+        found = getattr(importlib.import_module(module), name, None)
+    except ImportError as e:
+        raise ValueError(f"RoPE scaling {method!r}: its formula {entry.formula!r} cannot be "
+                         f"imported ({e})") from None
     if not callable(found):
         raise ValueError(f"RoPE scaling {method!r}: its formula {entry.formula!r} is not a "
                          "function")

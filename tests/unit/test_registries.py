@@ -59,6 +59,14 @@ def test_every_scaling_method_has_its_formula_and_its_parameters_their_keys():
         assert formula(name).__module__ == scaling.OURS, name
     with pytest.raises(ValueError, match="no formula of posexp's"):  # LongRoPE: the model's
         formula("longrope")
+    for wrong, said in [("posexp.no_such:f", "cannot be imported"),
+                        (f"{scaling.OURS}:no_such", "is not a function")]:
+        scaling.METHODS["wrong"] = scaling.Method("wrong", "wrong", "a test's", formula=wrong)
+        try:
+            with pytest.raises(ValueError, match=said):
+                formula("wrong")
+        finally:
+            del scaling.METHODS["wrong"]
     assert [f.name for f in dataclasses.fields(ScalingParams)] == [
         p.name for p in scaling.all_params()]
     for method in scaling.METHODS.values():  # a pretrained model gets each from transformers,
