@@ -435,9 +435,10 @@ def main() -> None:
     except ValueError as e:
         sys.exit(f"bench.py: {e}")
     shape = ModelShape(d_model=args.d_model, n_head=args.n_head, n_layer=args.n_layer)
+    # --quick: the training length alone (each length compiles flex again: most of its time)
+    checked = [args.seq_len] if args.quick else [args.seq_len, min(bench.lengths)]
     bench.agreement = kernel_agreement(bench.device, [e for e in encodings if has_kernels[e]],
-                                       bench.available, [args.seq_len, min(bench.lengths)],
-                                       shape)
+                                       bench.available, checked, shape)
     for encoding in encodings:
         bench.encoding(encoding, has_kernels[encoding])
     # the peak again at the end, and the higher of the two: one measurement on a shared

@@ -29,9 +29,9 @@ def numbers(root):
 
 
 def test_a_campaign_stops_at_its_limit_and_continues_to_the_same_numbers(posexp, tmp_path):
-    # the rope run trains for several seconds, well past the limit of one second, on a fast
-    # idle machine too (16,384 tokens took under a second there)
-    preset = tiny_preset(tmp_path / "tiny.yaml", rope_tokens=262144)
+    # the rope run trains for seconds, past the limit of one second, on a fast idle machine
+    # too (16,384 tokens took under a second there)
+    preset = tiny_preset(tmp_path / "tiny.yaml", rope_tokens=65536)
     r = posexp("reproduce", "--preset", str(preset), "--results-dir", "part",
                "--time-limit", "1s")
     assert r.returncode == TIME_LIMIT_EXIT == 3, r.stderr
@@ -41,6 +41,8 @@ def test_a_campaign_stops_at_its_limit_and_continues_to_the_same_numbers(posexp,
     assert (root / "rope-L16-s0" / "checkpoint.pt").is_file()
     assert not (root / "alibi-L16-s0").exists()
     lines = r.stderr.splitlines()
+    # said before the configs are composed, which takes minutes for a large preset
+    assert lines[0].startswith("posexp reproduce: composing the configs of 2 runs of preset ")
     assert "posexp reproduce: started: claims/rope-L16-s0 (nothing measured yet; 1s left)" \
         in lines
     assert "posexp reproduce: pending: claims/rope-L16-s0 (stopped at the time limit, " \
@@ -111,13 +113,16 @@ def test_a_campaign_continues_on_a_fresh_clone_holding_only_its_records(posexp, 
     never stopped."""
     import shutil
 
-    preset = tiny_preset(tmp_path / "tiny.yaml", rope_tokens=262144)
+    preset = tiny_preset(tmp_path / "tiny.yaml", rope_tokens=65536)
     tree = json.loads(preset.read_text())
     tree["runs"].reverse()  # alibi (2,048 tokens) first: recorded within the limit
     preset.write_text(json.dumps(tree))
+    # a limit alibi's run keeps on busy cores too (under load it took over a second); rope
+    # is then pending, stopped at the limit, or on a fast machine recorded: the clone below
+    # holds alibi's record alone whichever it was
     r = posexp("reproduce", "--preset", str(preset), "--results-dir", "here",
-               "--time-limit", "1s")
-    assert r.returncode == TIME_LIMIT_EXIT, r.stderr
+               "--time-limit", "10s")
+    assert r.returncode in (0, TIME_LIMIT_EXIT), r.stderr
     here = tmp_path / "here" / "claims"
     assert read_json(here / "alibi-L16-s0" / "run.json")["status"] == "completed"
     clone = tmp_path / "clone" / "claims"
