@@ -87,15 +87,31 @@ class Curve:
         return self.label + (f" ({n} seeds)" if n > 1 else "")
 
 
-def baseline(s: Series, run: RunResult, stride: str | None,
-             by_path: dict[str, RunResult]) -> dict | None:
+Models = dict[tuple, RunResult]  # (identity sha256, weights sha256) -> the report's run
+
+
+def models_of(series: list[Series]) -> Models:
+    """The report's runs by the model each holds: a fine-tune finds its parent there by the
+    identity and the weights it recorded of it (parent.identity, parent.weights_sha256),
+    wherever the records now lie -- not by the directory it was set up from."""
+    return {(r.info.get("identity_sha256"), r.info.get("weights_sha256")): r
+            for s in series for r in s.members}
+
+
+def parent_of(run: RunResult, models: Models) -> RunResult | None:
+    """The run a fine-tune continued, where the report holds it."""
+    return models.get((run.identity.get("parent.identity"),
+                       run.identity.get("parent.weights_sha256")))
+
+
+def baseline(s: Series, run: RunResult, stride: str | None, models: Models) -> dict | None:
     """The point ``run``'s ratios (of series ``s``) divide by: its own ppl at the training
     length -- but for a curve scored with a RoPE scaling, its run's point as trained, and for
     a fine-tune, its parent's as trained at the parent's length, where the report holds the
     parent -- so that every curve of one model shares one denominator (a scaling that costs
     perplexity at L does not look flat against its own ppl(L))."""
     if s.fine_tune is not None:
-        parent = by_path.get(str(run.info.get("parent")))
+        parent = parent_of(run, models)
         p = parent.points(s.mode, s.region).get(s.fine_tune[0]) if parent else None
     elif s.scaling is not None:
         p = run.points(s.mode, s.region).get(s.train_len)
@@ -105,12 +121,12 @@ def baseline(s: Series, run: RunResult, stride: str | None,
 
 
 def curve_cells(s: Series, stride: str | None,
-                by_path: dict[str, RunResult] | None = None) -> dict[int, Cell]:
+                models: Models | None = None) -> dict[int, Cell]:
     """length -> the cell of series ``s`` (and, sliding, stride setting ``stride``), at every
-    length one of its seeds was scored at; ratios over ``baseline``'s point (``by_path``: the
+    length one of its seeds was scored at; ratios over ``baseline``'s point (``models``: the
     report's runs, where a fine-tune's parent is found)."""
     by_run = [(r, s.points(r, stride)) for r in s.members]
-    bases = {str(r.path): baseline(s, r, stride, by_path or {}) for r in s.members}
+    bases = {str(r.path): baseline(s, r, stride, models or {}) for r in s.members}
     cells = {}
     for length in sorted({length for _, points in by_run for length in points}):
         ok = [(r, points[length]) for r, points in by_run
@@ -122,11 +138,11 @@ def curve_cells(s: Series, stride: str | None,
 
 
 def seed_values(s: Series, stride: str | None,
-                by_path: dict[str, RunResult]) -> list[dict[int, tuple[float, float | None]]]:
+                models: Models) -> list[dict[int, tuple[float, float | None]]]:
     """Each seed's (ppl, ratio over ``baseline``'s point) at every applicable length."""
     out = []
     for r in s.members:
-        base = baseline(s, r, stride, by_path)
+        base = baseline(s, r, stride, models)
         out.append({length: (p["ppl"], p["ppl"] / base["ppl"] if base else None)
                     for length, p in s.points(r, stride).items() if p["applicable"]})
     return out
@@ -137,10 +153,9 @@ def mode_curves(series: list[Series], mode: str) -> list[Curve]:
     with it when the mode's curves hold more than one)."""
     ours = [(s, stride) for s in series if s.mode == mode for stride in s.strides]
     several = len({stride for _, stride in ours}) > 1
-    by_path = {str(r.path): r for s in series for r in s.members}
-    by_path.update({str(r.path.resolve()): r for r in by_path.values()})
+    models = models_of(series)
     return [Curve(s, stride, s.label + (f" · stride {stride}" if several else ""),
-                  curve_cells(s, stride, by_path), seed_values(s, stride, by_path))
+                  curve_cells(s, stride, models), seed_values(s, stride, models))
             for s, stride in ours]
 
 
