@@ -233,7 +233,7 @@ def run_campaign(preset: DictConfig, configs: list[DictConfig], paths: list[Path
     import contextlib
 
     from posexp.sweep.launch import stopped_line
-    from posexp.sweep.stop import STOPPED, stopping
+    from posexp.sweep.stop import stopping, take_stop
 
     campaign = Campaign(COMMAND, seconds, paths)
     # the basic launcher runs one job after another in this process: what train_all does
@@ -245,8 +245,9 @@ def run_campaign(preset: DictConfig, configs: list[DictConfig], paths: list[Path
                                        campaign)
         else:
             paths, failed = train_all(preset, configs, paths, tunes, campaign)
-    if watched and STOPPED["signum"] is not None and (not campaign.expired or STOPPED["broke"]):
-        raise stopped_line(configs, STOPPED["signum"])
+    signum, broke = take_stop() if watched else (None, None)
+    if signum is not None and (not campaign.expired or broke):
+        raise stopped_line(configs, signum, broke)
     return paths, failed, campaign, pending_runs(configs, paths, tunes, failed)
 
 

@@ -14,7 +14,7 @@ from omegaconf import DictConfig
 from posexp.config import RunSpec
 from posexp.errors import PosexpError, Stopped, first_line
 from posexp.sweep.lines import whole_lines
-from posexp.sweep.stop import STOPPED, request_stop
+from posexp.sweep.stop import request_stop, take_stop
 
 
 def worker_threads(launcher: DictConfig) -> int | None:
@@ -90,8 +90,9 @@ def summarize(jobs: list[DictConfig]) -> None:
     from posexp.report import Report, terminal_table, write_tables
     from posexp.runs import MISSING, RunResult, load_run, split_runs
 
-    if STOPPED["signum"] is not None:
-        raise stopped_line(jobs, STOPPED["signum"])
+    signum, broke = take_stop()
+    if signum is not None:
+        raise stopped_line(jobs, signum, broke)
     by_experiment: dict[Path, list[RunResult]] = {}
     for cfg in jobs:
         root = Path(cfg.results_dir) / cfg.experiment
@@ -114,9 +115,10 @@ def summarize(jobs: list[DictConfig]) -> None:
         raise PosexpError(f"{len(failed)} of {len(jobs)} runs did not complete")
 
 
-def stopped_line(jobs: list[DictConfig], signum: int) -> Stopped:
+def stopped_line(jobs: list[DictConfig], signum: int, broke: str | None = None) -> Stopped:
     """The one line a stopped sweep ends with: how many runs were checkpointed and marked
-    interrupted, how many completed and how many never started; exit 128 + signum."""
+    interrupted, how many completed and how many never started, and the launcher's error
+    where a worker the signal ended broke it off (``broke``); exit 128 + signum."""
     from posexp.runs import load_run
 
     statuses = [load_run(Path(c.results_dir) / c.experiment / c.run_name).status
@@ -128,8 +130,8 @@ def stopped_line(jobs: list[DictConfig], signum: int) -> Stopped:
                                if status != "missing"]
     if counts.get("missing"):
         parts.append(f"{counts['missing']} not started")
-    if STOPPED.get("broke"):
-        parts.append(f"the launcher broken off by a worker the signal ended ({STOPPED['broke']})")
+    if broke:
+        parts.append(f"the launcher broken off by a worker the signal ended ({broke})")
     error = Stopped(f"stopped by {signal.Signals(signum).name}: {', '.join(parts)}; run the "
                     "same command again to finish the sweep")
     error.exit_code = 128 + signum

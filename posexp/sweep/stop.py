@@ -30,9 +30,18 @@ def request_stop(signum: int, frame: object = None) -> None:
         os.replace(f"{path}.tmp{os.getpid()}", path)
 
 
-# The stop a sweep ended with, read by summarize: the signal's number, once one came, and
-# why the launcher broke off (a worker ended by it), if it did.
+# The stop a sweep ended with, taken by the command that ran it (take_stop): the signal's
+# number, once one came, and why the launcher broke off (a worker ended by it), if it did.
 STOPPED: dict[str, int | str | None] = {"signum": None, "broke": None}
+
+
+def take_stop() -> tuple[int | None, str | None]:
+    """(signal number, launcher error) of the stopping() block that just ended, cleared so
+    that a later sweep or summary in the same process (the API's, a test's) is not read as
+    stopped by it."""
+    signum, broke = STOPPED["signum"], STOPPED["broke"]
+    STOPPED["signum"] = STOPPED["broke"] = None
+    return (None if signum is None else int(signum)), (None if broke is None else str(broke))
 
 
 @contextlib.contextmanager

@@ -402,7 +402,7 @@ def test_a_launcher_broken_by_a_signal_ends_as_the_stop_it_was():
     stop file says a signal came, that error is the stop -- the sweep ends with its stop line
     (exit 128 + n) -- and without one it is raised as it was."""
     from posexp.sweep.launch import stopped_line
-    from posexp.sweep.stop import STOPPED, request_stop, stopping
+    from posexp.sweep.stop import request_stop, stopping, take_stop
 
     class TerminatedWorkerError(Exception):
         pass
@@ -410,11 +410,29 @@ def test_a_launcher_broken_by_a_signal_ends_as_the_stop_it_was():
     with stopping():
         request_stop(signal.SIGTERM)
         raise TerminatedWorkerError("A worker process was unexpectedly terminated")
-    assert (STOPPED["signum"], STOPPED["broke"]) == (signal.SIGTERM, "TerminatedWorkerError")
-    line = stopped_line([], STOPPED["signum"])
+    signum, broke = take_stop()
+    assert (signum, broke) == (signal.SIGTERM, "TerminatedWorkerError")
+    line = stopped_line([], signum, broke)
     assert line.exit_code == 128 + signal.SIGTERM
     assert "the launcher broken off by a worker the signal ended (TerminatedWorkerError)" in \
         str(line)
     with pytest.raises(TerminatedWorkerError), stopping():
         raise TerminatedWorkerError("no signal came: a failure of its own")
-    assert (STOPPED["signum"], STOPPED["broke"]) == (None, None)
+    assert take_stop() == (None, None)
+
+
+def test_a_stop_is_taken_once_not_read_by_a_later_summary_in_the_same_process(tmp_path):
+    """A campaign stopped at its time limit in-process (the API's, the committed-report
+    test's) leaves no stop behind: a later sweep's summary there is not 'stopped by SIGTERM'."""
+    from posexp.sweep import launch
+    from posexp.sweep.stop import request_stop, stopping, take_stop
+
+    with stopping():
+        request_stop(signal.SIGTERM)  # what a campaign's deadline writes
+    assert take_stop() == (signal.SIGTERM, None)  # the campaign reads it: its time limit
+    C.register()
+    cfgs = [compose_args([*TINY, f"results_dir={tmp_path}"])]
+    (tmp_path / "default").mkdir()  # the sweep's folder; its one run never started
+    with pytest.raises(Exception) as e:
+        launch.summarize(cfgs)
+    assert str(e.value) == "1 of 1 runs did not complete"
