@@ -70,12 +70,8 @@ def plan(name: str, preset: DictConfig, results_dir: Path, seeds: list[int],
     common = [*preset.overrides, f"experiment={preset.experiment}", f"results_dir={results_dir}"]
     groups = budget_groups(preset_runs(preset), seeds,
                            preset_seeds(preset, name, "budget_seeds"), preset)
-    planned = [(run, seed) for group, group_seeds in groups for seed in group_seeds
-               for run in group]
-    # composing takes a fraction of a second a run: minutes for a large preset on busy cores
-    print(f"posexp reproduce: composing the configs of {len(planned)} runs of preset {name}",
-          file=sys.stderr, flush=True)
-    configs = [compose([*common, *run, f"seed={seed}"], config_dir) for run, seed in planned]
+    configs = [compose([*common, *run, f"seed={seed}"], config_dir)
+               for group, group_seeds in groups for seed in group_seeds for run in group]
     if not configs:
         raise UsageError(f"preset {name} lists no runs")
     paths = [Path(cfg.results_dir) / cfg.experiment / cfg.run_name for cfg in configs]
