@@ -94,14 +94,15 @@ def models_of(series: list[Series]) -> Models:
     """The report's runs by the model each holds: a fine-tune finds its parent there by the
     identity and the weights it recorded of it (parent.identity, parent.weights_sha256),
     wherever the records now lie -- not by the directory it was set up from."""
-    return {(r.info.get("identity_sha256"), r.info.get("weights_sha256")): r
-            for s in series for r in s.members}
+    keys = [((r.info.get("identity_sha256"), r.info.get("weights_sha256")), r)
+            for s in series for r in s.members]
+    return {key: r for key, r in keys if None not in key}  # a record of both, or not found
 
 
 def parent_of(run: RunResult, models: Models) -> RunResult | None:
     """The run a fine-tune continued, where the report holds it."""
-    return models.get((run.identity.get("parent.identity"),
-                       run.identity.get("parent.weights_sha256")))
+    key = (run.identity.get("parent.identity"), run.identity.get("parent.weights_sha256"))
+    return None if None in key else models.get(key)
 
 
 def baseline(s: Series, run: RunResult, stride: str | None, models: Models) -> dict | None:

@@ -65,3 +65,17 @@ def test_a_fine_tune_whose_parent_is_not_in_the_report_has_no_ratio(tmp_path):
     # the run at the directory it names holds other weights: another model, not its parent
     got = ratios(runs(tmp_path, with_parent=False))
     assert got["rope L=16 \u2192 ft L=64 YaRN \u00d74"] == {}
+
+
+def test_a_fine_tune_that_recorded_no_parent_is_divided_by_no_run(tmp_path):
+    """Neither an old fine-tune without a parent record nor a run without identity and
+    weights records is matched to the other: no ratio rather than another model's."""
+    from posexp.report.curves import models_of, parent_of
+    from posexp.runs import RunResult
+
+    report_runs = runs(tmp_path)
+    for r in report_runs:
+        r.info.pop("identity_sha256", None)
+    assert models_of(build_series(report_runs)[0]) == {}
+    orphan = RunResult(tmp_path / "ft", {"status": "completed"}, identity={})
+    assert parent_of(orphan, {(None, None): report_runs[0]}) is None
