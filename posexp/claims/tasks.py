@@ -252,14 +252,25 @@ def searched_note(runs: list[RunResult], preset: DictConfig) -> str | None:
                          f"{experiment}/.")
             continue
         best, name = max(scored)
-        verdict = ("a recipe learned it: train the preset's arms on it to judge its claims"
-                   if best >= learned else "**not learned at this scale**")
-        lines.append(f"- **{task}**: {verdict}; the best of the {len(scored)} runs of its "
-                     f"recipe search ({experiment}/) reached exact match {best:.3f} at n_max "
-                     f"({name}), against {learned:g} to be compared.")
+        lines.append(f"- **{task}**: {_search_verdict(best, name, found, preset)}; the best "
+                     f"of the {len(scored)} runs of its recipe search ({experiment}/) reached "
+                     f"exact match {best:.3f} at n_max ({name}), against {learned:g} to be "
+                     "compared.")
     return "\n".join(["## Tasks searched for a recipe", "",
-                      "Tasks this preset's claims leave out because no recipe of their search "
-                      "learned them in distribution at this scale:", "", *lines])
+                      "What the recipe search of each task reached in distribution at this "
+                      "scale:", "", *lines])
+
+
+def _search_verdict(best: float, name: str, found: list[RunResult],
+                    preset: DictConfig) -> str:
+    """Whether a search's best run learned its task, and whether the preset judges that
+    run's task (format) -- so a learned format left out of the claims is said to be."""
+    if best < float(preset.thresholds.learned):
+        return "**not learned at this scale**"
+    task = next(r.task for r in found if r.name == name)
+    if task in preset.thresholds.tasks:
+        return f"a recipe learned it ({task}): its claims are judged above"
+    return f"a recipe learned it ({task}): train the preset's arms on it to judge its claims"
 
 
 def tasks_note(runs: list[RunResult], preset: DictConfig) -> str | None:

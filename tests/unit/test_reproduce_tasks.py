@@ -197,11 +197,12 @@ def test_claims_compare_only_the_same_instances(tmp_path):
 
 
 def test_the_tasks_presets_hold_the_claims_of_the_issue():
-    """Issues #26 and #34: copy and reverse (on the CPU plain and with index hints; addition,
-    not learned at the CPU scale, with hints on the GPU), every arm under the corpus suites'
+    """Issues #26 and #34: copy and reverse (on the CPU plain and with index hints, and
+    addition with the carry scratchpad its search found learned; on the GPU addition with
+    hints), every arm under the corpus suites'
     policy, judged on exact match only where it is learned; every task of the claims has
     every arm trained."""
-    tasks = {"tasks": {"copy", "reverse", "copy_hints", "reverse_hints"},
+    tasks = {"tasks": {"copy", "reverse", "copy_hints", "reverse_hints", "addition_carries"},
              "tasks-gpu": {"copy", "reverse", "addition_hints"}}
     for name in ("tasks", "tasks-gpu"):
         preset = load_preset(name)[0]
@@ -314,7 +315,12 @@ def test_a_searched_task_reads_what_its_search_reached(tmp_path):
         "search (addition-recipe/) reached exact match 0.250 at n_max "
         "(addition_carries-rope-L16-s0), against 0.9 to be compared.")
     make_run(search, "addition_carries", "nope", 0, [0.0, 0.0], at_n_max=0.95)
-    assert "a recipe learned it" in searched_note(load_runs(suite)[0], preset)
+    assert "- **addition**: a recipe learned it (addition_carries): train the preset's arms " \
+        "on it to judge its claims; the best of the 3 runs" in searched_note(
+            load_runs(suite)[0], preset)
+    judged = OmegaConf.merge(preset, {"thresholds": {"tasks": ["copy", "addition_carries"]}})
+    assert "- **addition**: a recipe learned it (addition_carries): its claims are judged " \
+        "above;" in searched_note(load_runs(suite)[0], judged)
     assert searched_note(load_runs(suite)[0], PRESET) is None  # nothing searched
 
 
