@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 
 import yaml
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -39,9 +40,11 @@ from posexp.config.bounds import (
 )
 from posexp.config.check import check_device_name, check_name
 from posexp.config.compose import worded
-from posexp.config.derive import as_list
+from posexp.config.derive import as_list, run_path
 from posexp.config.guards import parse_override, refuse_code, scaling_sugar
+from posexp.config.identity import identity
 from posexp.config.schema import Attention, DataConfig, EvalConfig, EvalMode
+from posexp.config.spec import RunSpec, frozen
 from posexp.data.tasks import PasskeyTask
 from posexp.errors import UsageError
 from posexp.values import in_range, listed_once, positive
@@ -278,3 +281,21 @@ def scalings(cfg: DictConfig) -> list[dict | None]:
             raise UsageError(f"eval.rope_scaling.method must be {scaling.PLAIN} or one of "
                              f"{', '.join(scaling.METHODS)}; got {method!r}")
     return out
+
+
+def spec_of(cfg: DictConfig) -> RunSpec:
+    """The run's RunSpec, from a checked config (``check``): the spec a trained run has, with
+    what scoring reads frozen and typed -- eval, the model's name and positions (encoding),
+    passkey's settings (task_settings), the scalings and the length it was trained at
+    (original_len) -- and no training, model or task run to read."""
+    cfg = cfg.copy()
+    OmegaConf.set_readonly(cfg, True)
+    task = cfg.eval.task
+    return RunSpec(
+        cfg=cfg, path=run_path(cfg), identity=MappingProxyType(identity(cfg)),
+        eval_lengths=tuple(cfg.eval.lengths), scalings=tuple(scalings(cfg)),
+        train_scaling=None, original_len=int(cfg.train.seq_len),
+        encoding_hparams=MappingProxyType({}), eval=frozen(EvalConfig, cfg.eval),
+        encoding=frozen(PositionsConfig, cfg.encoding),
+        task_settings=None if task is None else frozen(PasskeyConfig, task),
+        attention=str(getattr(cfg.attention, "value", cfg.attention)))

@@ -18,12 +18,11 @@ import contextlib
 import re
 import signal
 import sys
-import time
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from posexp.config import identity, identity_diff
+from posexp.config import RunSpec
 from posexp.errors import PosexpError, Stopped, UsageError
 from posexp.evaluate.windows import scored_spans
 from posexp.pretrained import config as pcfg
@@ -40,15 +39,14 @@ from posexp.pretrained.rope import check_scalings
 from posexp.pretrained.scoring import PretrainedWorkload, load_text, score
 from posexp.pretrained.source import Source, fingerprints, resolve
 from posexp.run.evaluation import (
-    missing_points,
+    points_to_score,
     raising_on_signals,
-    read_scored,
-    requested_points,
-    set_aside_other_code,
+    requested_table,
+    score_timed,
 )
 from posexp.run.setup import pick_device
 from posexp.run.workloads import wanted_text
-from posexp.runs import CONFIG, Run, atomic_write_text, code_version, now, versions
+from posexp.runs import CONFIG, Run, atomic_write_text, code_version, versions
 
 KIND = "pretrained"  # run.json's "kind"
 
@@ -100,11 +98,12 @@ def pretrained(model: str, revision: str | None, overrides: list[str],
                progress: bool = True) -> str:
     """``posexp pretrained``: "completed" (scored), or "skipped" (nothing missing)."""
     cfg, source, d = build(model, revision, overrides)
-    device = pick_device(cfg, training=False)
-    path = Path(cfg.results_dir) / cfg.experiment / cfg.run_name
+    spec = pcfg.spec_of(cfg)
+    device, path = pick_device(cfg, training=False), spec.path
     run = Run(path)
     with run.lock():
-        info = _previous(run, cfg)
+        info = run.previous_of(dict(spec.identity), "repair or remove it",
+                               "choose another run_name= or experiment=")
         if info is None:
             run = Run.create(path, cfg)
             info = run.info()
@@ -117,26 +116,7 @@ def pretrained(model: str, revision: str | None, overrides: list[str],
                                "path": str(source.path), "architecture": d.architecture,
                                "positions": d.positions},
                    versions=_versions(), code_version=code_version())
-        return _score(run, cfg, source, d, device, info["status"], progress)
-
-
-def _previous(run: Run, cfg: DictConfig) -> dict | None:
-    """run.json of a run of this identity already there (None: nothing there); another
-    identity, or a run posexp cannot read, is refused."""
-    try:
-        previous = run.previous()
-    except PosexpError as e:
-        raise PosexpError(f"{e}; posexp will not overwrite it: repair or remove it") from None
-    if previous is None:
-        return None
-    info, old = previous
-    differ = identity_diff(old, identity(cfg))
-    if differ:
-        shown = "; ".join(differ[:4]) + (f"; and {len(differ) - 4} more" if len(differ) > 4
-                                         else "")
-        raise UsageError(f"{run.path} holds a run of another identity ({shown}); choose "
-                         "another run_name= or experiment=")
-    return info
+        return _score(run, spec, source, d, device, info["status"], progress)
 
 
 def evaluate_dir(path: Path, overrides: list[str], command: str = "eval",
@@ -149,14 +129,14 @@ def evaluate_dir(path: Path, overrides: list[str], command: str = "eval",
     pcfg.apply(cfg, rest)
     pcfg.defaults(cfg)
     pcfg.check(cfg)
-    device = pick_device(cfg, training=False)
+    spec, device = pcfg.spec_of(cfg), pick_device(cfg, training=False)
     with run.lock():
         info = run.info()
         source = source_of(cfg, info, path)
         config = hf_config(source.path)
         d = describe(config)
-        check_scalings(config, d, cfg.encoding.name, pcfg.scalings(cfg))
-        return _score(run, cfg, source, d, device, info.get("status"), progress)
+        check_scalings(config, d, spec.encoding.name, spec.scalings)
+        return _score(run, spec, source, d, device, info.get("status"), progress)
 
 
 def source_of(cfg: DictConfig, info: dict, path: Path) -> Source:
@@ -196,36 +176,32 @@ def _versions() -> dict:
     return {**versions(), "transformers": transformers().__version__}
 
 
-def _score(run: Run, cfg: DictConfig, source: Source, d: Described, device, status: str | None,
+def _score(run: Run, spec: RunSpec, source: Source, d: Described, device, status: str | None,
            progress: bool) -> str:
     """Load the model and corpus and score what eval.json lacks; run.json ends completed
     (a completed run stays so if stopped, with the points scored so far)."""
-    kernel = str(getattr(cfg.attention, "value", cfg.attention))
-    lm = PretrainedLM(load(source, device, kernel), d, cfg.encoding.name)
-    corpus = load_text(cfg, source, lm.model.get_input_embeddings().num_embeddings)
-    spans = scored_spans(len(corpus.val), corpus.val_documents, cfg.eval.tokens)
-    work, asked = PretrainedWorkload(cfg, spans, str(run.path)), pcfg.scalings(cfg)
-    # points of one run come from one code: an eval.json of other code is set aside
-    scored = set_aside_other_code(run, read_scored(run), "point")
-    todo = missing_points(work, asked, scored)
+    lm = PretrainedLM(load(source, device, spec.attention), d, spec.encoding.name)
+    corpus = load_text(spec, source, lm.model.get_input_embeddings().num_embeddings)
+    spans = scored_spans(len(corpus.val), corpus.val_documents, spec.eval.tokens)
+    work, asked = PretrainedWorkload(spec, spans, str(run.path)), spec.scalings
+    todo = points_to_score(run, work, asked)
     run.update(device=str(device), dtype=str(dtype_for(device)).removeprefix("torch."),
                n_params=lm.n_params(), corpus=corpus.describe())
     if not todo:
         print(f"posexp: {run.path}: eval.json holds every point asked for; nothing to score",
               file=sys.stderr)
-        print(work.table(requested_points(run, work, asked)))
+        print(requested_table(run, work, asked, None))
         return "skipped"
-    print(f"posexp: {cfg.encoding.name} ({d.architecture}, {lm.n_params() / 1e6:.2f}M "
+    print(f"posexp: {spec.encoding.name} ({d.architecture}, {lm.n_params() / 1e6:.2f}M "
           f"parameters, {d.positions} positions, trained at {d.context}) on {device} -> "
           f"{run.path}: {wanted_text(todo, work.item_text)}", file=sys.stderr)
     tokenizer = transformers().AutoTokenizer.from_pretrained(source.path, local_files_only=True)
     done = status == "completed"
     if not done:
         run.update(status="running", reason=None)
-    t0 = time.perf_counter()
     try:
-        with stopped_by_signals():
-            score(lm, tokenizer, run, cfg, corpus, spans, todo, device, progress)
+        seconds = score_timed(run, lambda: score(lm, tokenizer, run, spec, corpus, spans, todo,
+                                                 device, progress), stopped_by_signals())
     except BaseException as e:
         if not done:
             stopped = isinstance(e, (Stopped, KeyboardInterrupt))
@@ -233,9 +209,7 @@ def _score(run: Run, cfg: DictConfig, source: Source, d: Described, device, stat
                        (str(e) or "stopped by the user") if stopped
                        else f"{type(e).__name__}: {e}")
         raise
-    seconds = round(time.perf_counter() - t0, 2)
-    run.update(last_eval_at=now(), last_eval_seconds=seconds)
     if not done:
         run.finish("completed", eval_seconds=seconds)
-    print(work.table(requested_points(run, work, asked)))
+    print(requested_table(run, work, asked, None))
     return "completed"

@@ -17,9 +17,10 @@ from collections.abc import Iterable
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 from tqdm.auto import tqdm
 
+from posexp.config import RunSpec
 from posexp.data import Corpus, load_corpus
 from posexp.errors import UsageError
 from posexp.evaluate.windows import (
@@ -63,15 +64,15 @@ def token_bytes(definition: str, vocab_size: int) -> np.ndarray:
     return out
 
 
-def load_text(cfg: DictConfig, source: Source, vocab_size: int) -> Corpus:
+def load_text(spec: RunSpec, source: Source, vocab_size: int) -> Corpus:
     """The data group's corpus in the model's tokens, its validation split checked."""
-    data = OmegaConf.to_container(cfg.data)
+    data = OmegaConf.to_container(spec.cfg.data)
     data.update(tokenizer="file", tokenizer_path=str(source.path / TOKENIZER))
     corpus = load_corpus(OmegaConf.create(data))
     if corpus.vocab_size > vocab_size:
         raise UsageError(f"{source.id}'s tokenizer has {corpus.vocab_size} tokens, more than "
                          f"the {vocab_size} rows of its embeddings")
-    check_val_size(len(corpus.val), corpus.val_documents, cfg.eval.tokens)
+    check_val_size(len(corpus.val), corpus.val_documents, spec.eval.tokens)
     corpus.token_bytes = token_bytes((source.path / TOKENIZER).read_text(), corpus.vocab_size)
     corpus.tokenizer = f"{source.name} tokenizer"
     return corpus
@@ -86,15 +87,15 @@ class PretrainedWorkload:
 
     what = "point"
 
-    def __init__(self, cfg: DictConfig, spans: Spans, title: str) -> None:
-        self.cfg, self.spans, self.title = cfg, spans, title  # title: the tables' (run dir)
+    def __init__(self, spec: RunSpec, spans: Spans, title: str) -> None:
+        self.spec, self.spans, self.title = spec, spans, title  # title: the tables' (run dir)
 
     def requested(self, scalings: Iterable[dict | None],
                   scored: dict | None = None) -> dict[tuple, Want]:
         """eval.json key -> want of each point asked for with each scaling."""
-        e, task, scalings = self.cfg.eval, self.cfg.eval.task, list(scalings)
-        wants = curve_wants(str(getattr(e.mode, "value", e.mode)), e.stride, e.lengths,
-                            self.spans.id, self.spans.tokens, scalings)
+        e, task, scalings = self.spec.eval, self.spec.task_settings, list(scalings)
+        wants = curve_wants(e.mode, e.stride, self.spec.eval_lengths, self.spans.id,
+                            self.spans.tokens, scalings)
         if task is not None:
             wants |= {task_point_key({
                 "task": passkey.PASSKEY, "length": n, "depth": float(d),
@@ -123,29 +124,29 @@ class PretrainedWorkload:
         passkey's, as posexp train prints them."""
         curve = [p for p in points if "task" not in p]
         tasks = [p for p in points if "task" in p]
-        L, title = self.cfg.train.seq_len, self.title
+        L, title = self.spec.original_len, self.title
         return "\n".join(([format_curve(curve, L, title, per_byte=True)] if curve else [])
                          + ([format_tasks(tasks, L, title)] if tasks else []))
 
 
-def score(lm: PretrainedLM, tokenizer, run: Run, cfg: DictConfig, corpus: Corpus,
+def score(lm: PretrainedLM, tokenizer, run: Run, spec: RunSpec, corpus: Corpus,
           spans: Spans, wanted: Wanted, device: torch.device, progress: bool = True) -> None:
     """Score ``wanted`` (missing_points'), writing each scaling's curve and each passkey
     point to eval.json as they come; the model is put back as published at the end."""
-    scoring, rescaler = Scoring.of(cfg.eval), Rescaler(lm)
-    task = cfg.eval.task
+    scoring, rescaler = Scoring.of(spec.eval), Rescaler(lm)
+    task, name = spec.task_settings, spec.encoding.name
     todo = [(record, [i for i in items if isinstance(i, int)],
              [i for i in items if not isinstance(i, int)]) for record, items in wanted]
     total = curve_windows([(record, lengths) for record, lengths, _ in todo], scoring, spans,
                           lm.max_positions) + sum(len(cells) for _, _, cells in todo)
-    fields = {"train_seq_len": cfg.train.seq_len, "encoding": cfg.encoding.name}
+    fields = {"train_seq_len": spec.original_len, "encoding": name}
     prompter = passkey.Prompter(tokenizer) if task is not None else None
 
     def write(record: dict | None, points: list[dict], per_position: dict | None) -> None:
         run.write_eval(points, per_position, spans=(spans.id, spans.record()),
                        corpus=corpus.fingerprint, **fields)
 
-    with tqdm(total=total, unit="step", desc=f"scoring {cfg.encoding.name}", leave=False,
+    with tqdm(total=total, unit="step", desc=f"scoring {name}", leave=False,
               dynamic_ncols=True, disable=None if progress else True, file=sys.stderr) as bar:
         try:
             for record, lengths, cells in todo:  # the curve, then passkey: one rescaling each

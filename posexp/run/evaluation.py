@@ -110,6 +110,33 @@ def requested_points(run: Run, work: Workload, scalings: Iterable[dict | None]) 
     return [p for p in work.points(scored) if work.key(p) in wanted]
 
 
+def requested_table(run: Run, work: Workload, scalings: Iterable[dict | None],
+                    tokenizer: str | None) -> str:
+    """The table of the points of eval.json the config asks for (requested_points)."""
+    return work.table(requested_points(run, work, scalings), tokenizer)
+
+
+def points_to_score(run: Run, work: Workload, scalings: Iterable[dict | None],
+                    only_missing: bool = True) -> Wanted:
+    """What to score with ``scalings``: the points eval.json lacks, or with ``only_missing``
+    false every one asked for -- after an eval.json of other code is set aside, so that
+    one run's points come from one code (set_aside_other_code)."""
+    scored = set_aside_other_code(run, read_scored(run), work.what)
+    return missing_points(work, scalings, scored) if only_missing else work.every(scalings)
+
+
+def score_timed(run: Run, score: Callable[[], object],
+                stop: contextlib.AbstractContextManager[None]) -> float:
+    """Call ``score`` under ``stop`` (what SIGINT and SIGTERM raise inside), then record in
+    run.json when it ended and how many seconds it took; the seconds."""
+    with stop:
+        t0 = time.perf_counter()
+        score()
+        seconds = round(time.perf_counter() - t0, 2)
+    run.update(last_eval_at=now(), last_eval_seconds=seconds)
+    return seconds
+
+
 def score_missing(run: Run, spec: RunSpec, device: torch.device, info: dict,
                   scalings: tuple[dict | None, ...] | None = None,
                   header: str | None = None) -> str:
@@ -124,8 +151,7 @@ def score_missing(run: Run, spec: RunSpec, device: torch.device, info: dict,
     if not missing_points(work, scalings, read_scored(run)):
         print(f"posexp: {run.path}: already completed, and eval.json holds every {work.what} "
               f"asked for; {'nothing to score' if header else SKIP_ADVICE}", file=sys.stderr)
-        print(work.table(requested_points(run, work, scalings),
-                         (info.get("corpus") or {}).get("tokenizer")))
+        print(requested_table(run, work, scalings, (info.get("corpus") or {}).get("tokenizer")))
         return "skipped"
     check_protocol(run, info, "scoring its missing points")
     evaluate(run, spec, device, header=header, scalings=scalings, only_missing=True)
@@ -181,8 +207,7 @@ def evaluate(run: Run, spec: RunSpec, device: torch.device, header: str | None =
         raise PosexpError(f"{run.path / CHECKPOINT} does not match config.yaml: "
                           f"{first_line(e)}") from None
     model.to(device)
-    scored = set_aside_other_code(run, read_scored(run), work.what)
-    wanted = missing_points(work, scalings, scored) if only_missing else work.every(scalings)
+    wanted = points_to_score(run, work, scalings, only_missing)
     if only_missing:
         print(f"posexp: {run.path}: already completed; scoring the "
               f"{sum(len(items) for _, items in wanted)} missing {work.what}(s) "
@@ -190,14 +215,11 @@ def evaluate(run: Run, spec: RunSpec, device: torch.device, header: str | None =
               file=sys.stderr)
     if header:
         print(header, file=sys.stderr)
-    with signals_interrupt(info.get("steps", 0), "during evaluation; the points scored so "
-                           "far are in eval.json; run the same command again to score the "
-                           "rest"):
-        t0 = time.perf_counter()
-        work.score(model, data, run, Sink(), device, wanted)
-        seconds = time.perf_counter() - t0
-    run.update(last_eval_at=now(), last_eval_seconds=round(seconds, 2))
-    print(work.table(requested_points(run, work, scalings), data.tokenizer))
+    score_timed(run, lambda: work.score(model, data, run, Sink(), device, wanted),
+                signals_interrupt(info.get("steps", 0), "during evaluation; the points scored "
+                                  "so far are in eval.json; run the same command again to "
+                                  "score the rest"))
+    print(requested_table(run, work, scalings, data.tokenizer))
 
 
 def check_data_unchanged(run: Run, info: dict, data, tasks: bool) -> None:

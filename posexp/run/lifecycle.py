@@ -29,7 +29,7 @@ import time
 
 import torch
 
-from posexp.config import RunSpec, identity_diff
+from posexp.config import RunSpec
 from posexp.distributed import World, barrier, join, leave
 from posexp.errors import PosexpError, UsageError
 from posexp.run.evaluation import check_protocol, score_missing, signals_interrupt, this_code
@@ -80,21 +80,12 @@ def existing(run: Run, spec: RunSpec) -> dict | None:
     """run.json of the run already in ``run``'s directory (None: there is none), after
     refusing one of another identity, one too damaged to tell, one whose config.yaml was
     edited since it started, or one trained with another source of its encoding module."""
-    try:
-        previous = run.previous()
-    except PosexpError as e:
-        raise PosexpError(f"{e}; posexp will not overwrite it: repair it, or add "
-                          "train.resume=false to move it aside") from None
-    if previous is None:
+    info = run.previous_of(
+        dict(spec.identity), "repair it, or add train.resume=false to move it aside",
+        "choose another run_name= or experiment=, or add train.resume=false to move that run "
+        f"aside to {run.path.parent / '.replaced'}/ and train this one")
+    if info is None:
         return None
-    info, old_identity = previous
-    differ = identity_diff(old_identity, dict(spec.identity))
-    if differ:
-        shown = "; ".join(differ[:4]) + (f"; and {len(differ) - 4} more"
-                                         if len(differ) > 4 else "")
-        raise UsageError(f"{run.path} holds a run of another identity ({shown}); choose "
-                         "another run_name= or experiment=, or add train.resume=false to move "
-                         f"that run aside to {run.path.parent / '.replaced'}/ and train this one")
     run.check_code(info, spec.encoding.module)
     if info["status"] != "completed":
         check_protocol(run, info, "resuming it")

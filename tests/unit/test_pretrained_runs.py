@@ -203,7 +203,7 @@ def test_the_corpus_bytes_are_the_text_bytes(llama_dir, corpus_dir, tmp_path, mo
 
     monkeypatch.setenv("POSEXP_CACHE", str(cache_dir))
     cfg, source, _ = build(str(llama_dir), None, base_args(corpus_dir, tmp_path))
-    corpus = load_text(cfg, source, 400)
+    corpus = load_text(pcfg.spec_of(cfg), source, 400)
     tok = transformers().AutoTokenizer.from_pretrained(llama_dir)
     stretch = np.asarray(corpus.val[100:900])
     text = tok.decode(stretch.tolist())
