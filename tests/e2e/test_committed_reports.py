@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from posexp.campaign import TIME_LIMIT_EXIT
+from posexp.claims.preset import load_preset
 from tests.conftest import in_process
 from tests.unit.test_committed_results import PREDATE, RESULTS
 
@@ -44,13 +45,16 @@ def without_writer(path: Path) -> bytes:
 @pytest.mark.parametrize("report", REPORTS,
                          ids=[p.relative_to(RESULTS).as_posix() for p in REPORTS])
 def test_a_committed_report_is_regenerated_byte_for_byte(report, tmp_path, cache_dir):
-    experiment = report.parent
-    for f in committed(experiment):  # the records and the report, as a fresh clone has them
-        target = tmp_path / "results" / f.relative_to(RESULTS)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(f, target)
-    assert not list((tmp_path / "results").rglob("checkpoint.pt"))
     preset = json.loads((report / "verdicts.json").read_text())["preset"]
+    # the records and the report, as a fresh clone has them, and the records of the recipe
+    # searches the report reads beside them (thresholds.searched)
+    searched = load_preset(preset)[0].thresholds.get("searched") or {}
+    for experiment in (report.parent, *(RESULTS / name for name in searched.values())):
+        for f in committed(experiment):
+            target = tmp_path / "results" / f.relative_to(RESULTS)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(f, target)
+    assert not list((tmp_path / "results").rglob("checkpoint.pt"))
     r = in_process(["reproduce", "--preset", preset, "--results-dir", "results",
                     "--time-limit", "1s"], tmp_path, {"POSEXP_CACHE": str(cache_dir)})
     assert r.returncode in (0, TIME_LIMIT_EXIT), r.stderr
