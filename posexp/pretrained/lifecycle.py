@@ -44,6 +44,7 @@ from posexp.run.evaluation import (
     requested_table,
     score_timed,
 )
+from posexp.run.lifecycle import previous_of
 from posexp.run.setup import pick_device
 from posexp.run.workloads import wanted_text
 from posexp.runs import CONFIG, Run, atomic_write_text, code_version, versions
@@ -102,8 +103,8 @@ def pretrained(model: str, revision: str | None, overrides: list[str],
     device, path = pick_device(cfg, training=False), spec.path
     run = Run(path)
     with run.lock():
-        info = run.previous_of(dict(spec.identity), "repair or remove it",
-                               "choose another run_name= or experiment=")
+        info = previous_of(run, dict(spec.identity), "repair or remove it",
+                           "choose another run_name= or experiment=")
         if info is None:
             run = Run.create(path, cfg)
             info = run.info()

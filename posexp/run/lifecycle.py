@@ -29,7 +29,7 @@ import time
 
 import torch
 
-from posexp.config import RunSpec
+from posexp.config import RunSpec, identity_diff
 from posexp.distributed import World, barrier, join, leave
 from posexp.errors import PosexpError, UsageError
 from posexp.run.evaluation import check_protocol, score_missing, signals_interrupt, this_code
@@ -76,12 +76,32 @@ def _run_locked(spec: RunSpec, device: torch.device, world: World, progress: boo
     return train_and_evaluate(spec, run, previous is not None, device, world, progress, group)
 
 
+def previous_of(run: Run, identity: dict, repair: str, elsewhere: str) -> dict | None:
+    """run.json of the run of ``identity`` already in ``run``'s directory, or None when there
+    is none.  A run posexp cannot read is refused with ``repair`` (how to clear it), one of
+    another identity with the keys that differ and ``elsewhere`` (where this run can go):
+    posexp never overwrites a run that is not this one.  Trained and pretrained runs alike."""
+    try:
+        previous = run.previous()
+    except PosexpError as e:
+        raise PosexpError(f"{e}; posexp will not overwrite it: {repair}") from None
+    if previous is None:
+        return None
+    info, old = previous
+    differ = identity_diff(old, identity)
+    if differ:
+        shown = "; ".join(differ[:4]) + (f"; and {len(differ) - 4} more"
+                                         if len(differ) > 4 else "")
+        raise UsageError(f"{run.path} holds a run of another identity ({shown}); {elsewhere}")
+    return info
+
+
 def existing(run: Run, spec: RunSpec) -> dict | None:
     """run.json of the run already in ``run``'s directory (None: there is none), after
     refusing one of another identity, one too damaged to tell, one whose config.yaml was
     edited since it started, or one trained with another source of its encoding module."""
-    info = run.previous_of(
-        dict(spec.identity), "repair it, or add train.resume=false to move it aside",
+    info = previous_of(
+        run, dict(spec.identity), "repair it, or add train.resume=false to move it aside",
         "choose another run_name= or experiment=, or add train.resume=false to move that run "
         f"aside to {run.path.parent / '.replaced'}/ and train this one")
     if info is None:

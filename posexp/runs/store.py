@@ -100,26 +100,6 @@ class Run:
             raise PosexpError(f"{self.path / RUN} is damaged (no status)")
         return info, self.check_identity(info)
 
-    def previous_of(self, identity: dict, repair: str, elsewhere: str) -> dict | None:
-        """run.json of the run of ``identity`` already here, or None when there is none.  A
-        run posexp cannot read is refused with ``repair`` (how to clear it), one of another
-        identity with the keys that differ and ``elsewhere`` (where this run can go): posexp
-        never overwrites a run that is not this one."""
-        try:
-            previous = self.previous()
-        except PosexpError as e:
-            raise PosexpError(f"{e}; posexp will not overwrite it: {repair}") from None
-        if previous is None:
-            return None
-        info, old = previous
-        differ = identity_diff(old, identity)
-        if differ:
-            shown = "; ".join(differ[:4]) + (f"; and {len(differ) - 4} more"
-                                             if len(differ) > 4 else "")
-            raise UsageError(f"{self.path} holds a run of another identity ({shown}); "
-                             f"{elsewhere}")
-        return info
-
     def move_aside(self) -> Path:
         """Move this run to <experiment>/.replaced/<name>-<UTC time>, keeping every file;
         report and sweeps do not look inside dot-directories."""
