@@ -30,13 +30,19 @@ CORPUS_EVAL_KEYS = ("eval.lengths", "eval.mode", "eval.stride", "eval.tokens",
 def check_eval(cfg: DictConfig) -> None:
     """Every evaluation setting: the corpus run's windows, a task run's lengths and
     instances, the RoPE scalings to score with."""
-    e = cfg.eval
-    lengths = eval_lengths(cfg)
+    check_windows(cfg.eval, eval_lengths(cfg))
+    check_task_eval(cfg)
+    check_eval_scaling(cfg)
+
+
+def check_windows(e: DictConfig, lengths: list[int]) -> None:
+    """The windows a corpus is scored in, at ``lengths`` (eval.lengths, given or derived):
+    trained and pretrained runs alike."""
     if not lengths:
         raise UsageError("eval.lengths is empty")
     for length in lengths:
         positive("each of eval.lengths", length, MAX_LENGTH)
-    listed_once("eval.lengths", lengths, "length")
+    listed_once("eval.lengths", list(lengths), "length")
     positive("eval.tokens", e.tokens, MAX_EVAL_TOKENS)
     positive("eval.batch_tokens", e.batch_tokens, MAX_BATCH_TOKENS)
     positive("eval.per_position_buckets", e.per_position_buckets, MAX_BUCKETS)
@@ -50,8 +56,6 @@ def check_eval(cfg: DictConfig) -> None:
             )
     if mode == EvalMode.sliding and e.stride is None and min(lengths) < 2:
         raise UsageError("sliding evaluation needs windows of at least 2 tokens")
-    check_task_eval(cfg)
-    check_eval_scaling(cfg)
 
 
 def check_task(cfg: DictConfig) -> None:
@@ -118,7 +122,7 @@ def check_task_eval(cfg: DictConfig) -> None:
     if not is_task_run(cfg):
         raise UsageError(f"task.* is set, but this run trains on data={cfg.data.name}, not "
                          "on a task (data=task)")
-    positive("task.eval_count", node.eval_count, MAX_TASK_COUNT)
+    check_task_settings(node)
     if lengths is None and node.name in TASKS:
         lengths = _derived_task_lengths(cfg)
     if lengths and node.name in TASKS:
@@ -128,13 +132,19 @@ def check_task_eval(cfg: DictConfig) -> None:
                              f"eval.task_lengths{_by_default(cfg)} ({tokens:,}) must be at most "
                              f"{MAX_TASK_TOKENS:,} ({power(MAX_TASK_TOKENS)}): the instances "
                              "of a length are held in memory")
+
+
+def check_task_settings(node: DictConfig) -> None:
+    """How a task is scored (the task group: TaskConfig): instances per length, their seed,
+    passkey's depths -- a task run's and a pretrained model's passkey alike."""
+    positive("task.eval_count", node.eval_count, MAX_TASK_COUNT)
     if isinstance(node.eval_seed, bool) or not isinstance(node.eval_seed, int) or not (
             0 <= node.eval_seed <= MAX_SEED):
         raise UsageError(f"task.eval_seed must be an integer in [0, 2**63 - 1], "
                          f"got {node.eval_seed}")
     depths = list(node.depths)
     if not depths:
-        raise UsageError("task.depths is empty (passkey's depths, each in [0, 1])")
+        raise UsageError("task.depths is empty (where passkey's key sits, each in [0, 1])")
     for depth in depths:
         in_range("each of task.depths", depth, 0.0, 1.0)
     listed_once("task.depths", depths, "depth", shown=lambda d: f"{d:g}")

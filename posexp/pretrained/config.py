@@ -22,7 +22,8 @@ in every run (a run holds the points of one corpus); evaluation settings are not
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import typing
+from dataclasses import dataclass, field, make_dataclass
 from pathlib import Path
 from types import MappingProxyType
 
@@ -30,20 +31,22 @@ import yaml
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from posexp import scaling
-from posexp.config.bounds import (
-    MAX_BATCH_TOKENS,
-    MAX_BUCKETS,
-    MAX_EVAL_TOKENS,
-    MAX_LENGTH,
-    MAX_SEED,
-    MAX_TASK_COUNT,
-)
+from posexp.config.bounds import MAX_LENGTH
 from posexp.config.check import check_device_name, check_name
+from posexp.config.check_eval import check_task_settings, check_windows
 from posexp.config.compose import worded
 from posexp.config.derive import as_list, run_path
 from posexp.config.guards import parse_override, refuse_code, scaling_sugar
 from posexp.config.identity import identity
-from posexp.config.schema import Attention, DataConfig, EvalConfig, EvalMode
+from posexp.config.schema import (
+    Attention,
+    DataConfig,
+    EncodingConfig,
+    EvalConfig,
+    ModelConfig,
+    TaskConfig,
+    TrainConfig,
+)
 from posexp.config.spec import RunSpec, frozen
 from posexp.data.tasks import PasskeyTask
 from posexp.errors import UsageError
@@ -74,37 +77,35 @@ class SourceConfig:
     positions: str = MISSING  # rope | learned | other
 
 
-@dataclass
-class PositionsConfig:
-    name: str = MISSING  # the model's name: what tables, figures and ls call the run
-    max_positions: int | None = None  # a learned table's rows; null: any length
-    base: float | None = None  # RoPE's rope_theta
+def read_from_model(schema: type, *names: str, **changed: tuple[object, object]) -> type:
+    """A group of a pretrained run's config: the keys ``names`` of the trained runs' group
+    ``schema``, with their types and no default (the model's config.json gives each), and
+    ``changed``, name=(type, default), where a pretrained model's key differs."""
+    hints = typing.get_type_hints(schema)
+    return make_dataclass(schema.__name__.replace("Config", "OfModel"), [
+        *((name, hints[name], field(default=MISSING)) for name in names),
+        *((name, kind, field(default=default)) for name, (kind, default) in changed.items())])
+
+
+# encoding: the model's name (what tables, figures and ls call the run), a learned table's
+# rows (null: any length) and RoPE's rope_theta (null: no RoPE)
+PositionsConfig = read_from_model(EncodingConfig, "name", "max_positions",
+                                  base=(float | None, MISSING))
+# model: its shape; init says its weights are the model's (posexp's runs: gpt2 | torch)
+ShapeConfig = read_from_model(ModelConfig, "d_model", "n_layer", "n_head", "d_ff",
+                              "tie_weights", init=(str, "pretrained"))
+ContextConfig = read_from_model(TrainConfig, "seq_len")  # the length it was trained at: L
 
 
 @dataclass
-class ShapeConfig:
-    d_model: int = MISSING
-    n_layer: int = MISSING
-    n_head: int = MISSING
-    d_ff: int = MISSING
-    tie_weights: bool = MISSING
-    init: str = "pretrained"  # its weights are the model's (posexp's runs: gpt2 | torch)
+class PasskeyConfig(TaskConfig):
+    """eval.task: passkey retrieval at each length (in the model's tokens) and depth; the
+    task group's settings (TaskConfig: instances, their seed, depths) and the lengths and
+    key's digits the model's own tokenizer needs."""
 
-
-@dataclass
-class ContextConfig:
-    seq_len: int = MISSING  # the length it was trained at: RoPE scaling's L
-
-
-@dataclass
-class PasskeyConfig:
-    """eval.task: passkey retrieval at each length (in the model's tokens) and depth."""
-
-    name: str = "passkey"
-    lengths: list[int] | None = None  # default 1/2, 1, 2, 4 x train.seq_len
-    depths: list[float] = field(default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0])
+    name: str = PasskeyTask.name
     eval_count: int = 20  # instances per length and depth
-    eval_seed: int = 0  # draws the keys: the same for every model and scaling
+    lengths: list[int] | None = None  # default 1/2, 1, 2, 4 x train.seq_len
     digits: int = 5  # the key's digits
 
 
@@ -221,37 +222,21 @@ def check(cfg: DictConfig) -> None:
     if not cfg.results_dir:
         raise UsageError("results_dir must not be empty (results_dir=. for this directory)")
     check_device_name(cfg.device)
-    e = cfg.eval
-    for length in e.lengths:
-        positive("each of eval.lengths", length, MAX_LENGTH)
-    listed_once("eval.lengths", list(e.lengths), "length")
-    positive("eval.tokens", e.tokens, MAX_EVAL_TOKENS)
-    positive("eval.batch_tokens", e.batch_tokens, MAX_BATCH_TOKENS)
-    positive("eval.per_position_buckets", e.per_position_buckets, MAX_BUCKETS)
-    if e.stride is not None:
-        positive("eval.stride", e.stride, MAX_LENGTH)
-        if EvalMode(e.mode) == EvalMode.sliding and e.stride >= min(e.lengths):
-            raise UsageError(f"eval.stride ({e.stride}) must be smaller than every window; "
-                             f"the shortest of eval.lengths is {min(e.lengths)}")
-    if e.task is not None:
-        check_task(e.task)
+    check_windows(cfg.eval, list(cfg.eval.lengths))
+    if cfg.eval.task is not None:
+        check_task(cfg.eval.task)
     scalings(cfg)
 
 
 def check_task(t: DictConfig) -> None:
+    """Passkey's settings: the task group's (check_task_settings), its lengths and digits."""
+    check_task_settings(t)
+    if not t.lengths:
+        raise UsageError("task.lengths is empty")
     for length in t.lengths:
         positive("each of task.lengths", length, MAX_LENGTH)
     listed_once("task.lengths", list(t.lengths), "length")
-    if not t.depths:
-        raise UsageError("task.depths is empty (where the key sits, each in [0, 1])")
-    for depth in t.depths:
-        in_range("each of task.depths", depth, 0.0, 1.0)
-    listed_once("task.depths", list(t.depths), "depth", shown=lambda d: f"{d:g}")
-    positive("task.eval_count", t.eval_count, MAX_TASK_COUNT)
     positive("task.digits", t.digits, 20)
-    if isinstance(t.eval_seed, bool) or not 0 <= t.eval_seed <= MAX_SEED:
-        raise UsageError(f"task.eval_seed must be an integer in [0, 2**63 - 1], "
-                         f"got {t.eval_seed}")
 
 
 def scalings(cfg: DictConfig) -> list[dict | None]:

@@ -159,6 +159,13 @@ def test_the_identity_changes_with_the_weights(llama_dir, corpus_dir, tmp_path, 
     (["eval.rope_scaling=linear,linear"], "lists linear more than once"),
     (["eval.lengths=[64,64]"], "lists 64 more than once"),
     (["task=passkey", "task.depths=[1.5]"], "task.depths"),
+    # the trained runs' checks of windows and task settings (check_windows, check_task_settings)
+    (["eval.lengths=[]"], "eval.lengths is empty"),
+    (["eval.mode=sliding", "eval.stride=64", "eval.lengths=[64,128]"], "smaller than every"),
+    (["task=passkey", "task.depths=[]"], "task.depths is empty"),
+    (["task=passkey", "task.eval_seed=-1"], "task.eval_seed must be an integer"),
+    (["task=passkey", "task.eval_count=0"], "task.eval_count"),
+    (["task=passkey", "task.lengths=[]"], "task.lengths is empty"),
     (["eval.lenghts=[64]"], "lenghts"),
     (["encoding.module=os"], "names Python code"),
 ])
