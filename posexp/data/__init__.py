@@ -20,7 +20,6 @@ from pathlib import Path
 
 import numpy as np
 from omegaconf import DictConfig
-from tqdm.auto import tqdm
 
 from posexp.data.cache import build_once, cache_root, open_tokens, token_dtype, write_meta
 from posexp.data.checks import data_source
@@ -162,6 +161,8 @@ def write_tokens(directory: Path, source: Source, tokenizer: Tokenizer, scanned:
     """Each split's tokens ({split}.bin) and where each of its documents starts in them
     ({split}.docs.npy: the token index after each separator, 0 for the first), then
     meta.json."""
+    from tqdm.auto import tqdm  # here, not at the top: a tenth of a second of every start-up
+
     dtype = token_dtype(tokenizer.vocab_size)
     tokens = {}
     for split in SPLITS:
