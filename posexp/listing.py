@@ -22,6 +22,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from posexp.config import flatten, in_identity
+from posexp.data.tasks import TASKS
 from posexp.errors import UsageError
 from posexp.runs import (
     MODES,
@@ -150,9 +151,10 @@ def summary_points(r: RunResult) -> tuple[dict | None, dict | None]:
 
 def task_cells(r: RunResult) -> tuple[str, str, str]:
     """A task run's ls cells: "TASK n=N: exact X" at the longest task length n it was trained
-    on, the longest length scored ("n=M"), and exact match there; as trained, on the
-    instances (count, eval seed) most of its points were scored on, averaged over passkey's
-    depths."""
+    on, the longest length scored that the task has instances of ("n=M": addition's 28
+    digits, past its 20-digit limit, say nothing of the model), and exact match there; as
+    trained, on the instances (count, eval seed) most of its points were scored on, averaged
+    over passkey's depths."""
     plain = [p for p in r.tasks if p.get("rope_scaling") is None]
     if not plain:
         return f"{r.task}: -", "-", "-"
@@ -170,7 +172,9 @@ def task_cells(r: RunResult) -> tuple[str, str, str]:
         return f"exact {sum(p['exact'] for p in points) / len(points):.2f}"
 
     n_max = (r.info.get("corpus") or {}).get("max_train_length")
-    longest = max(by_length)
+    task = TASKS.get(r.task)
+    longest = max([n for n in by_length if task is None or task.why_not(n) is None]
+                  or by_length)
     return f"{r.task} n={n_max}: {exact(by_length.get(n_max, []))}", f"n={longest}", \
         exact(by_length[longest])
 

@@ -44,3 +44,17 @@ def test_a_run_is_summarised_on_its_spread_spans_before_an_older_stretch(tmp_pat
     # the keys by which a point replaces another: the same length on other text is another
     assert point_key(spread[0]) != point_key(stretch[0])
     assert point_key(spread[0]) == point_key({**spread[0], "ppl": 9.0})
+
+
+def test_a_task_runs_longest_is_the_longest_length_its_task_has_instances_of():
+    """Addition's default lengths reach 28 digits, past its 20-digit limit: every arm's
+    point there is n/a, which says nothing of the model, so ls shows the longest length
+    the task has (14) and exact match there (the committed tasks suite's records)."""
+    from tests.unit.test_committed_results import RESULTS
+
+    rows = [line.split() for line in ls_lines(RESULTS / "reproduce-tasks", width=200)
+            if line.startswith("reproduce-tasks/addition_carries-rope-L32-s0")]
+    assert rows and rows[0][-3:] == ["n=14", "exact", "0.00"]
+    copy = [line.split() for line in ls_lines(RESULTS / "reproduce-tasks", width=200)
+            if line.startswith("reproduce-tasks/copy-nope-L32-s0")]
+    assert copy[0][-3] == "n=60"  # copy has instances at every length scored
