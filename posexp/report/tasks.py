@@ -293,20 +293,27 @@ def length_text(task: str) -> str:
 
 
 def task_notes(series: list[TaskSeries], cells: list[dict[int, TaskCell]]) -> list[str]:
-    """The lengths not applicable to a series and why, and the series not drawn at all."""
-    lines = []
+    """The series not drawn at all, and the lengths not applicable to a series and why: one
+    line for each reason and its lengths, naming the series it holds for ("every curve" when
+    it holds for all that are drawn, as a task's own length limit does)."""
+    lines, drawn = [], []
+    by_reason: dict[tuple[str, tuple[int, ...]], list[str]] = defaultdict(list)
     for s, c in zip(series, cells, strict=True):
         if c and all(cell.value is None for cell in c.values()):
             reasons = "; ".join(sorted({cell.reason for cell in c.values()}))
             lines.append(f"not drawn, no length applicable ({reasons}): {s.label} "
                          f"({', '.join(str(r.path) for r in s.members)})")
             continue
-        by_reason: dict[str, list[int]] = defaultdict(list)
+        drawn.append(s.label)
+        lengths: dict[str, list[int]] = defaultdict(list)
         for length, cell in c.items():
             if cell.value is None:
-                by_reason[cell.reason].append(length)
-        lines += [f"n/a ({reason}): {s.label} at {', '.join(map(str, lengths))}"
-                  for reason, lengths in by_reason.items()]
+                lengths[cell.reason].append(length)
+        for reason, at in lengths.items():
+            by_reason[reason, tuple(at)].append(s.label)
+    for (reason, at), labels in by_reason.items():
+        who = "every curve" if len(drawn) > 1 and labels == drawn else "; ".join(labels)
+        lines.append(f"n/a ({reason}): {who} at {', '.join(map(str, at))}")
     return lines
 
 

@@ -184,6 +184,23 @@ def test_passkey_grid_holds_each_length_and_depth_averaged_over_seeds(tmp_path):
     np.testing.assert_allclose(grid, [[0.95, 0.4], [0.6, np.nan]])
 
 
+def test_a_length_n_a_for_every_curve_for_one_reason_is_one_line(tmp_path):
+    """Addition's 28 digits are past the task's limit for every arm: one caption line says
+    so for every curve, not one line an arm."""
+    limit = "addition: 28 digits is past the 20-digit limit"
+    runs = [task_run(tmp_path, name, "addition", [
+        task_point("addition", 7, exact), task_point("addition", 28, None, reason=limit)],
+        encoding=name) for name, exact in (("rope", 1.0), ("alibi", 0.6), ("nope", 0.1))]
+    text = caption(task_figure(task_series(runs)[0], "addition"))
+    assert text.count("n/a (") == 1 and f"n/a ({limit}): every curve at 28" in text
+    # a reason two of three curves share names both
+    runs[2] = task_run(tmp_path, "nope", "addition", [task_point("addition", 7, 0.1),
+                                                      task_point("addition", 28, 0.0)],
+                       encoding="nope")
+    text = caption(task_figure(task_series(runs)[0], "addition"))
+    assert f"n/a ({limit}): rope L=64; alibi L=64 at 28" in text
+
+
 def test_n_a_lengths_are_left_out_of_the_line_and_named_in_the_caption(tmp_path):
     learned = task_run(tmp_path, "learned", "copy", [
         task_point("copy", n, None, reason="no position beyond 16") for n in (8, 16, 32)],
