@@ -19,8 +19,9 @@ from posexp.config.guards import parse_override, scaling_sugar
 from posexp.config.identity import SEED_KEYS
 from posexp.config.schema import EvalScalingConfig
 from posexp.errors import UsageError
+from posexp.runs.configs import encoding_module
 from posexp.runs.files import CONFIG, RUN
-from posexp.runs.store import Run, encoding_module, weights_sha256
+from posexp.runs.store import Run, weights_sha256
 
 # what a fine-tune may change of its parent's config: how it trains on, not what it is
 FINETUNE_KEYS = ("train.", "eval.", "encoding.scaling", "seed", "device", "attention",

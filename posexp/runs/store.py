@@ -29,14 +29,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import yaml
 from filelock import FileLock, Timeout
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
 from posexp.config.identity import LEGACY, LEGACY_BY_DEVICE, identity_diff
-from posexp.config.identity import identity as config_identity
-from posexp.errors import InUse, PosexpError, UsageError, first_line
+from posexp.errors import InUse, PosexpError, UsageError
+from posexp.runs.configs import encoding_module, file_identity, identity_sha256, read_config
 from posexp.runs.files import (
     CHECKPOINT,
     CONFIG,
@@ -245,25 +243,13 @@ class Run:
 
     # --- files --------------------------------------------------------------------------
     def config(self) -> DictConfig:
-        require_regular(self.path / CONFIG)
-        try:
-            cfg = OmegaConf.load(self.path / CONFIG)
-        except (OSError, ValueError, OmegaConfBaseException, yaml.YAMLError) as e:
-            raise PosexpError(f"{self.path / CONFIG} is unreadable: {first_line(e)}") from None
-        if not isinstance(cfg, DictConfig):
-            raise PosexpError(f"{self.path / CONFIG} is damaged: not a mapping")
-        return cfg
+        return read_config(self.path / CONFIG)
 
     def identity(self, info: dict | None = None) -> dict:
         """The identity (config.identity) of the run config.yaml describes; ``info``, its
         run.json, says which device an older run trained on (identity.LEGACY_BY_DEVICE)."""
-        cfg = self.config()
         device = (info or {}).get("device")
-        try:
-            return config_identity(cfg, device if isinstance(device, str) else None)
-        except Exception as e:  # a key missing or of another type: whatever OmegaConf raises
-            raise PosexpError(f"{self.path / CONFIG}: cannot tell the run's identity: "
-                              f"{first_line(e)}") from None
+        return file_identity(self.path / CONFIG, device if isinstance(device, str) else None)
 
     def check_identity(self, info: dict) -> dict:
         """The identity of config.yaml, after checking that it is the one run.json recorded
@@ -476,17 +462,6 @@ def weights_sha256(weights: dict) -> str:
         flat = tensor.detach().cpu().contiguous().reshape(-1)  # a 0-dim tensor has no byte view
         digest.update(flat.view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()
-
-
-def encoding_module(cfg: DictConfig) -> str | None:
-    """encoding.module of a run's config: an encoding of the user's own, or None."""
-    encoding = cfg.get("encoding")
-    return encoding.get("module") if isinstance(encoding, DictConfig) else None
-
-
-def identity_sha256(ident: dict) -> str:
-    """SHA-256 of an identity (config.identity), as run.json records it."""
-    return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def scored_points(data: dict) -> bool:

@@ -183,6 +183,23 @@ def test_config_yaml_must_hold_the_identity_the_run_started_with(tmp_path, case,
     assert r.status == DAMAGED and ("config.yaml" in r.reason or "run.json" in r.reason)
 
 
+def test_an_edit_is_seen_however_quick_and_whatever_its_size(tmp_path):
+    """A run's identity is worked out once per text of config.yaml (runs/configs.py): an
+    in-place edit of the same size with the old modification time put back -- what a key of
+    the file's size and time would miss -- is still seen."""
+    run = started_run(tmp_path / "out" / "exp" / "rope-L16-s0")
+    file = run.path / "config.yaml"
+    before, stat = run.identity(), file.stat()
+    text = file.read_text()
+    assert "  base: 10000.0\n" in text
+    file.write_text(text.replace("  base: 10000.0\n", "  base: 20000.0\n"))
+    os.utime(file, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert file.stat().st_size == stat.st_size
+    assert (before["encoding.base"], run.identity()["encoding.base"]) == (10000.0, 20000.0)
+    run.identity()["encoding.base"] = 1.0  # what a caller does to its copy stays its own
+    assert run.identity()["encoding.base"] == 20000.0
+
+
 # --- 4: the code a run and its points come from -----------------------------------------
 def test_a_module_hash_names_its_source_and_changes_with_it(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
