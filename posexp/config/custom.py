@@ -69,9 +69,14 @@ def _replaces(name: str) -> NoReturn:
 def import_custom_encoding(cfg: DictConfig) -> bool:
     """Import encoding.module where a config names one; whether the encoding's code is there
     to check (False only for a module left unimported inside ``no_imports``)."""
-    if cfg.encoding.get("module") is None:
+    return import_custom(cfg.encoding.get("module"), cfg.encoding.name)
+
+
+def import_custom(module: str | None, name: str) -> bool:
+    """import_custom_encoding of an encoding's module and name (a RunSpec's encoding)."""
+    if module is None:
         return True
     if not _IMPORTS.get():
         return False
-    import_encoding(cfg.encoding.module, cfg.encoding.name)
+    import_encoding(module, name)
     return True

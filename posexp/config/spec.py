@@ -92,6 +92,7 @@ class RunSpec:
     encoding: EncodingGroup | None = None
     task_settings: TaskSettings | None = None
     seed: int = 0
+    device: str = "auto"  # auto | cpu | cuda | cuda:N | mps, as given (run.setup.pick_device)
     attention: str = "auto"
 
     @classmethod
@@ -113,6 +114,7 @@ class RunSpec:
             model=frozen(ModelConfig, resolved.model),
             encoding=frozen(EncodingConfig, resolved.encoding), seed=int(resolved.seed),
             task_settings=frozen(TaskConfig, resolved.task) if task else None,
+            device=str(resolved.device),
             attention=str(getattr(resolved.attention, "value", resolved.attention)))
 
     @property

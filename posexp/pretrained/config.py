@@ -283,4 +283,4 @@ def spec_of(cfg: DictConfig) -> RunSpec:
         encoding_hparams=MappingProxyType({}), eval=frozen(EvalConfig, cfg.eval),
         encoding=frozen(PositionsConfig, cfg.encoding),
         task_settings=None if task is None else frozen(PasskeyConfig, task),
-        attention=str(getattr(cfg.attention, "value", cfg.attention)))
+        device=str(cfg.device), attention=str(getattr(cfg.attention, "value", cfg.attention)))

@@ -100,7 +100,7 @@ def pretrained(model: str, revision: str | None, overrides: list[str],
     """``posexp pretrained``: "completed" (scored), or "skipped" (nothing missing)."""
     cfg, source, d = build(model, revision, overrides)
     spec = pcfg.spec_of(cfg)
-    device, path = pick_device(cfg, training=False), spec.path
+    device, path = pick_device(spec, training=False), spec.path
     run = Run(path)
     with run.lock():
         info = previous_of(run, dict(spec.identity), "repair or remove it",
@@ -130,7 +130,8 @@ def evaluate_dir(path: Path, overrides: list[str], command: str = "eval",
     pcfg.apply(cfg, rest)
     pcfg.defaults(cfg)
     pcfg.check(cfg)
-    spec, device = pcfg.spec_of(cfg), pick_device(cfg, training=False)
+    spec = pcfg.spec_of(cfg)
+    device = pick_device(spec, training=False)
     with run.lock():
         info = run.info()
         source = source_of(cfg, info, path)

@@ -246,7 +246,7 @@ def evaluate_dir(path: Path, spec: RunSpec) -> None:
                              "can be evaluated")
         check_run(run, info, spec)
         check_protocol(run, info, "scoring it again")
-        device = pick_device(spec.cfg, training=False)
+        device = pick_device(spec, training=False)
         if spec.is_task_run:
             t = spec.task_settings
             score_missing(run, spec, device, info, spec.scalings, header=(

@@ -46,7 +46,7 @@ def run(spec: RunSpec, progress: bool = True, group: str | None = None) -> str:
     evaluated, "skipped" when a completed run of this identity already held every point
     asked for, "scored" when only missing evaluation points were computed.  ``progress``
     shows a progress bar on a terminal; ``group`` names the W&B group."""
-    device = pick_device(spec.cfg)
+    device = pick_device(spec)
     check_numerics(spec, device)
     this_code(spec)  # source hashed now, while the files are those this process loaded
     # torchrun: rank 0 holds the lock and writes; RANK is set before the process group exists

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from posexp.config import RunSpec, check_device
-from posexp.config.custom import import_custom_encoding
+from posexp.config.custom import import_custom
 from posexp.config.derive import NUMERICS
 from posexp.config.schema import Attention, Init
 from posexp.errors import UsageError
@@ -16,7 +16,8 @@ from posexp.scaling import RopeScaling
 
 def pick_device(cfg, training: bool = True) -> torch.device:
     """The device to run on (device=auto|cpu|cuda|cuda:N|mps, checked against what torch
-    sees); on CUDA this also allows TF32 (allow_tf32).  ``cfg`` is a config or a spec's."""
+    sees); on CUDA this also allows TF32 (allow_tf32).  ``cfg`` is a RunSpec, or a config
+    not yet made one (a command line checked before anything runs)."""
     requested = str(cfg.device)
     mps = getattr(torch.backends, "mps", None)
     check_device(requested, torch.cuda.device_count() if torch.cuda.is_available() else 0,
@@ -65,7 +66,7 @@ def build_model(spec: RunSpec, vocab_size: int) -> GPT:
     """The model of a run, RoPE scaled as a fine-tune with encoding.scaling trains and
     scores it."""
     m, e = spec.model, spec.encoding
-    import_custom_encoding(spec.cfg)  # an encoding from outside posexp's source
+    import_custom(e.module, e.name)  # an encoding from outside posexp's source
     model = GPT(GPTConfig(
         vocab_size=vocab_size, d_model=m.d_model, n_layer=m.n_layer, n_head=m.n_head,
         d_ff=m.d_ff, encoding=e.name, max_positions=e.max_positions, base=e.base,
