@@ -23,6 +23,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from posexp.config import RunSpec
+from posexp.data import Corpus
 from posexp.errors import PosexpError, Stopped, UsageError
 from posexp.evaluate.windows import scored_spans
 from posexp.pretrained import config as pcfg
@@ -105,6 +106,7 @@ def pretrained(model: str, revision: str | None, overrides: list[str],
     with run.lock():
         info = previous_of(run, dict(spec.identity), "repair or remove it",
                            "choose another run_name= or experiment=")
+        loaded = _load(spec, source, d, device)  # before the run directory changes
         if info is None:
             run = Run.create(path, cfg)
             info = run.info()
@@ -117,7 +119,7 @@ def pretrained(model: str, revision: str | None, overrides: list[str],
                                "path": str(source.path), "architecture": d.architecture,
                                "positions": d.positions},
                    versions=_versions(), code_version=code_version())
-        return _score(run, spec, source, d, device, info["status"], progress)
+        return _score(run, spec, source, loaded, d, device, info["status"], progress)
 
 
 def evaluate_dir(path: Path, overrides: list[str], command: str = "eval",
@@ -138,7 +140,8 @@ def evaluate_dir(path: Path, overrides: list[str], command: str = "eval",
         config = hf_config(source.path)
         d = describe(config)
         check_scalings(config, d, spec.encoding.name, spec.scalings)
-        return _score(run, spec, source, d, device, info.get("status"), progress)
+        loaded = _load(spec, source, d, device)
+        return _score(run, spec, source, loaded, d, device, info.get("status"), progress)
 
 
 def source_of(cfg: DictConfig, info: dict, path: Path) -> Source:
@@ -178,12 +181,18 @@ def _versions() -> dict:
     return {**versions(), "transformers": transformers().__version__}
 
 
-def _score(run: Run, spec: RunSpec, source: Source, d: Described, device, status: str | None,
-           progress: bool) -> str:
-    """Load the model and corpus and score what eval.json lacks; run.json ends completed
-    (a completed run stays so if stopped, with the points scored so far)."""
+def _load(spec: RunSpec, source: Source, d: Described, device) -> tuple[PretrainedLM, Corpus]:
+    """The model and the corpus it is scored on, loaded and checked: what can fail on the
+    model's files or the data does so before the run directory is made or changed."""
     lm = PretrainedLM(load(source, device, spec.attention), d, spec.encoding.name)
-    corpus = load_text(spec, source, lm.model.get_input_embeddings().num_embeddings)
+    return lm, load_text(spec, source, lm.model.get_input_embeddings().num_embeddings)
+
+
+def _score(run: Run, spec: RunSpec, source: Source, loaded: tuple[PretrainedLM, Corpus],
+           d: Described, device, status: str | None, progress: bool) -> str:
+    """Score what eval.json lacks with the model and corpus ``loaded``; run.json ends
+    completed (a completed run stays so if stopped, with the points scored so far)."""
+    lm, corpus = loaded
     spans = scored_spans(len(corpus.val), corpus.val_documents, spec.eval.tokens)
     work, asked = PretrainedWorkload(spec, spans, str(run.path)), spec.scalings
     todo = points_to_score(run, work, asked)

@@ -278,3 +278,12 @@ def test_the_gpu_preset_is_a_valid_pretrained_run(llama_dir, tmp_path):
     assert max(cfg.eval.lengths) == 8192 and list(cfg.eval.task.lengths) == [2048, 4096, 8192]
     with pytest.raises(UsageError, match="presets: tinyllama-gpu"):
         pcfg.preset("no-such-preset")
+
+
+def test_a_corpus_that_cannot_be_scored_leaves_no_run_behind(llama_dir, corpus_dir, tmp_path):
+    """The model and the corpus load before the run directory is made: a corpus with no
+    validation document is refused in one line, and no run says running forever."""
+    args = [*base_args(corpus_dir, tmp_path), "data.val_fraction=0.0001"]
+    with pytest.raises(PosexpError, match="0 validation documents"):
+        pretrained(str(llama_dir), None, args, progress=False)
+    assert not list(tmp_path.rglob("run.json"))
