@@ -59,6 +59,7 @@ from posexp.runs import (
     load_run,
 )
 from posexp.runs import split_runs as split
+from posexp.sweep.plan import Planning
 from posexp.version import PROTOCOL
 
 
@@ -70,8 +71,12 @@ def plan(name: str, preset: DictConfig, results_dir: Path, seeds: list[int],
     common = [*preset.overrides, f"experiment={preset.experiment}", f"results_dir={results_dir}"]
     groups = budget_groups(preset_runs(preset), seeds,
                            preset_seeds(preset, name, "budget_seeds"), preset)
-    configs = [compose([*common, *run, f"seed={seed}"], config_dir)
-               for group, group_seeds in groups for seed in group_seeds for run in group]
+    wanted = [(run, seed) for group, group_seeds in groups for seed in group_seeds
+              for run in group]
+    planning, configs = Planning(len(wanted), "reproduce", "runs"), []
+    for run, seed in wanted:
+        planning.tick()
+        configs.append(compose([*common, *run, f"seed={seed}"], config_dir))
     if not configs:
         raise UsageError(f"preset {name} lists no runs")
     paths = [Path(cfg.results_dir) / cfg.experiment / cfg.run_name for cfg in configs]

@@ -169,22 +169,25 @@ def plan(overrides: list[str], config_dir: str | None = None,
 
 
 class Planning:
-    """A line every 30 s while a large sweep is planned (composing a job takes about 0.2 s,
-    so 1,000 take minutes): on a terminal and in a log alike, nothing for a short plan."""
+    """A line every 30 s while a large sweep (or a claim suite: ``command`` reproduce, its
+    ``items`` runs) is planned -- composing a job takes about 0.2 s, so 1,000 take minutes:
+    on a terminal and in a log alike, nothing for a short plan."""
 
-    def __init__(self, total: int) -> None:
+    def __init__(self, total: int, command: str = "sweep", items: str = "jobs") -> None:
         from posexp.run.training import progress_every
 
         self.total, self.done, self.every = total, 0, progress_every()
         self.start = self.last = time.perf_counter()
+        self.command, self.items = command, items
 
     def tick(self) -> None:
         now = time.perf_counter()
         if self.done and now - self.last >= self.every:
             self.last = now
             left = (now - self.start) / self.done * (self.total - self.done)
-            print(f"posexp sweep: planning: {self.done:,} of {self.total:,} jobs composed and "
-                  f"checked, about {left:.0f} s left", file=sys.stderr, flush=True)
+            print(f"posexp {self.command}: planning: {self.done:,} of {self.total:,} "
+                  f"{self.items} composed and checked, about {left:.0f} s left",
+                  file=sys.stderr, flush=True)
         self.done += 1
 
 

@@ -321,6 +321,19 @@ def write_preset(path: Path, **fields) -> Path:
     return path
 
 
+def test_planning_a_suite_says_how_far_it_is(tmp_path, monkeypatch, capsys):
+    """Composing a suite's runs takes about 0.2 s a run (the tasks preset's 90, half a
+    minute): like a large sweep, planning says how far it has got (every 30 s; here every
+    run, POSEXP_PROGRESS_SECONDS=0), before anything trains."""
+    monkeypatch.setenv("POSEXP_PROGRESS_SECONDS", "0")
+    preset, _ = load_preset(str(write_preset(tmp_path / "tiny.yaml", seeds=[0])))
+    configs, _, _ = posexp.claims.suite.plan("tiny", preset, tmp_path / "out", [0])
+    lines = [line for line in capsys.readouterr().err.splitlines() if "planning" in line]
+    assert len(lines) == len(configs) - 1 == 5
+    assert re.fullmatch(r"posexp reproduce: planning: 1 of 6 runs composed and checked, "
+                        r"about \d+ s left", lines[0])
+
+
 def test_reproduce_runs_every_seed_and_fails_at_the_end(tmp_path, monkeypatch, capsys):
     preset = write_preset(tmp_path / "tiny.yaml")
     calls: list = []
