@@ -77,24 +77,28 @@ class SourceConfig:
     positions: str = MISSING  # rope | learned | other
 
 
-def read_from_model(schema: type, *names: str, **changed: tuple[object, object]) -> type:
-    """A group of a pretrained run's config: the keys ``names`` of the trained runs' group
-    ``schema``, with their types and no default (the model's config.json gives each), and
-    ``changed``, name=(type, default), where a pretrained model's key differs."""
+def read_from_model(name: str, schema: type, *keys: str,
+                    **changed: tuple[object, object]) -> type:
+    """``name``, a group of a pretrained run's config: the ``keys`` of the trained runs'
+    group ``schema``, with their types and no default (the model's config.json gives each),
+    and ``changed``, key=(type, default), where a pretrained model's key differs."""
     hints = typing.get_type_hints(schema)
-    return make_dataclass(schema.__name__.replace("Config", "OfModel"), [
-        *((name, hints[name], field(default=MISSING)) for name in names),
-        *((name, kind, field(default=default)) for name, (kind, default) in changed.items())])
+    group = make_dataclass(name, [
+        *((key, hints[key], field(default=MISSING)) for key in keys),
+        *((key, kind, field(default=default)) for key, (kind, default) in changed.items())])
+    group.__module__ = __name__  # where pickle and error messages find it
+    return group
 
 
 # encoding: the model's name (what tables, figures and ls call the run), a learned table's
 # rows (null: any length) and RoPE's rope_theta (null: no RoPE)
-PositionsConfig = read_from_model(EncodingConfig, "name", "max_positions",
+PositionsConfig = read_from_model("PositionsConfig", EncodingConfig, "name", "max_positions",
                                   base=(float | None, MISSING))
 # model: its shape; init says its weights are the model's (posexp's runs: gpt2 | torch)
-ShapeConfig = read_from_model(ModelConfig, "d_model", "n_layer", "n_head", "d_ff",
-                              "tie_weights", init=(str, "pretrained"))
-ContextConfig = read_from_model(TrainConfig, "seq_len")  # the length it was trained at: L
+ShapeConfig = read_from_model("ShapeConfig", ModelConfig, "d_model", "n_layer", "n_head",
+                              "d_ff", "tie_weights", init=(str, "pretrained"))
+# train: the length it was trained at, RoPE scaling's L
+ContextConfig = read_from_model("ContextConfig", TrainConfig, "seq_len")
 
 
 @dataclass

@@ -287,3 +287,20 @@ def test_a_corpus_that_cannot_be_scored_leaves_no_run_behind(llama_dir, corpus_d
     with pytest.raises(PosexpError, match="0 validation documents"):
         pretrained(str(llama_dir), None, args, progress=False)
     assert not list(tmp_path.rglob("run.json"))
+
+
+def test_the_groups_read_from_the_model_are_the_trained_runs_keys_and_pickle():
+    """encoding, model and train of a pretrained run are the trained runs' keys (their
+    types from one schema), named as the module holds them: a config pickles and comes back
+    (process pools, joblib)."""
+    import pickle
+    import typing
+
+    from posexp.config.schema import ModelConfig
+
+    shape, trained = typing.get_type_hints(pcfg.ShapeConfig), typing.get_type_hints(ModelConfig)
+    assert set(shape) == {"d_model", "n_layer", "n_head", "d_ff", "tie_weights", "init"}
+    assert all(shape[k] == trained[k] for k in shape if k != "init")
+    cfg = pcfg.structured(OmegaConf.create({"data": {"name": "stdlib"}, "run_name": "x"}))
+    again = pickle.loads(pickle.dumps(cfg))
+    assert OmegaConf.get_type(again.model) is pcfg.ShapeConfig and again == cfg
