@@ -2,18 +2,20 @@
 
 A verdict at one training budget may be a fact about the encoding or about how far training
 got.  A preset's ``budgets`` (train.tokens values below its own) trains every run at each of
-them too, at its ``budget_seeds`` (default its seeds), and each claim is judged at each budget
-on those runs alone.  The CPU suites' budget seeds are 1, 2 and 3: seed 0's run at the chosen
-rate on the sweep's budget is the sweep's own, which chose the rate (a winner's curse), and
-its weights, needed for the points it was not scored at, come back bit for bit only on the
-kind of machine that trained it (tests/golden: other CPUs round the last bits otherwise).
+them too, at its ``budget_seeds`` (default its seeds) or at the seeds an entry names
+(``{tokens: 4000000, seeds: [0, 1, 2]}``: a former main budget keeps its seeds), and each
+claim is judged at each budget on those runs alone.  The CPU suites' budget seeds are 1, 2
+and 3: seed 0's run at the chosen rate on the sweep's budget is the sweep's own, which
+chose the rate (a winner's curse), and its weights, needed for the points it was not scored
+at, come back bit for bit only on the kind of machine that trained it (tests/golden: other
+CPUs round the last bits otherwise).
 A claim whose verdict differs between budgets reads *budget-dependent* beside its verdict,
 with the verdict at each other budget.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from omegaconf import DictConfig
@@ -27,15 +29,21 @@ JUDGED = (HOLDS, FAILS, INCONCLUSIVE)
 
 def budgets(preset: DictConfig) -> list[int]:
     """The preset's other training budgets, in tokens, in its order."""
-    return [int(b) for b in preset.get("budgets") or []]
+    return [tokens for tokens, _ in seeded_budgets(preset, [])]
 
 
-def budget_groups(runs: list[list[str]], seeds: list[int], budget_seeds: list[int],
-                  preset: DictConfig) -> list[tuple[list[list[str]], list[int]]]:
-    """The preset's runs at its own budget and ``seeds``, then at each other budget and
-    ``budget_seeds``: a campaign trains the main suite first."""
-    return [(runs, seeds), *(([[*run, f"train.tokens={b}"] for run in runs], budget_seeds)
-                             for b in budgets(preset))]
+def seeded_budgets(preset: DictConfig, budget_seeds: list[int]) -> list[tuple[int, list[int]]]:
+    """(tokens, seeds) of each other budget: the seeds its entry names, else ``budget_seeds``."""
+    return [(int(b["tokens"]), [int(s) for s in b["seeds"]]) if isinstance(b, Mapping)
+            else (int(b), budget_seeds) for b in preset.get("budgets") or []]
+
+
+def budget_groups(runs: list[list[str]], seeds: list[int],
+                  others: list[tuple[int, list[int]]]) -> list[tuple[list[list[str]], list[int]]]:
+    """The preset's runs at its own budget and ``seeds``, then at each other budget and its
+    seeds (``others``, from seeded_budgets): a campaign trains the main suite first."""
+    return [(runs, seeds), *(([[*run, f"train.tokens={b}"] for run in runs], b_seeds)
+                             for b, b_seeds in others)]
 
 
 def at_budget(runs: list[RunResult], tokens: int, main: int) -> list[RunResult]:

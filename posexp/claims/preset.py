@@ -181,9 +181,14 @@ def _check(path: Path, tree: dict, schema: type, where: str, claim_set: ClaimSet
 def _check_lists(path: Path, tree: dict) -> None:
     """Runs and fine-tunes are lists of overrides (strings); learning rates positive."""
     for budget in tree.get("budgets") or []:
-        if not _fits(budget, int):
+        own = isinstance(budget, dict) and set(budget) == {"tokens", "seeds"}
+        if not (_fits(budget, int) or (own and _fits(budget["tokens"], int))):
             raise UsageError(f"preset {path}: budgets must be a list of positive integers "
-                             f"(train.tokens), got {budget!r:.40}")
+                             f"(train.tokens) or of {{tokens, seeds}}, got {budget!r:.40}")
+        if own and not _distinct_seeds(budget["seeds"]):
+            raise UsageError(f"preset {path}: the seeds of budget {budget['tokens']} must be "
+                             f"a list of distinct non-negative integers, got "
+                             f"{budget['seeds']!r:.40}")
     for encoding, lr in (tree.get("learning_rates") or {}).items():
         if lr is None:  # the suite's sweep has not chosen yet: refused when runs are made
             continue
@@ -301,9 +306,7 @@ def preset_seeds(preset: DictConfig, name: str, key: str = "seeds") -> list[int]
     if seeds is None:
         return preset_seeds(preset, name) if key != "seeds" else [0]
     seeds = OmegaConf.to_container(seeds) if OmegaConf.is_config(seeds) else seeds
-    if not (isinstance(seeds, list) and seeds and all(
-            isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)
-            and len(set(seeds)) == len(seeds)):
+    if not _distinct_seeds(seeds):
         raise UsageError(f"preset {name}: {key} must be a list of distinct non-negative "
                          f"integers, got {seeds!r}")
     if any(str(o).startswith("seed=") for o in (*preset.overrides,
@@ -311,3 +314,9 @@ def preset_seeds(preset: DictConfig, name: str, key: str = "seeds") -> list[int]
                                                    for o in run))):
         raise UsageError(f"preset {name}: set the seeds in its seeds: list, not as seed=")
     return seeds
+
+
+def _distinct_seeds(seeds: object) -> bool:
+    return isinstance(seeds, list) and bool(seeds) and all(
+        isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds) \
+        and len(set(seeds)) == len(seeds)

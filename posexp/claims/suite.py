@@ -22,6 +22,7 @@ from posexp.claims.budgets import (
     budget_groups,
     budgets,
     judged_at_budgets,
+    seeded_budgets,
     tokens_text,
 )
 from posexp.claims.campaign import (
@@ -69,8 +70,8 @@ def plan(name: str, preset: DictConfig, results_dir: Path, seeds: list[int],
     """(every run's checked config at every seed, their directories, each fine-tune at each
     seed as (parent directory, its overrides)), before anything trains."""
     common = [*preset.overrides, f"experiment={preset.experiment}", f"results_dir={results_dir}"]
-    groups = budget_groups(preset_runs(preset), seeds,
-                           preset_seeds(preset, name, "budget_seeds"), preset)
+    groups = budget_groups(preset_runs(preset), seeds, seeded_budgets(
+        preset, preset_seeds(preset, name, "budget_seeds")))
     wanted = [(run, seed) for group, group_seeds in groups for seed in group_seeds
               for run in group]
     planning, configs = Planning(len(wanted), "reproduce", "runs"), []
@@ -283,11 +284,20 @@ def write_verdicts(out: Path, name: str, preset: DictConfig, claim_set: ClaimSet
         f"{provenance_text(made, runs)}\n\n{versions_table(runs)}", scored_text(runs)))
     atomic_write_json(out / "verdicts.json", {
         "preset": name, **made, "seeds": seeds,
-        **({"budget_seeds": preset_seeds(preset, name, "budget_seeds")} if budgets(preset)
-           else {}),
+        **({"budget_seeds": recorded_budget_seeds(preset, name)} if budgets(preset) else {}),
         "verdicts": [asdict(v) for v in rows],
         "failed": {str(path): message for path, message in failed.items()},
         "thresholds": OmegaConf.to_container(preset.thresholds)})
+
+
+def recorded_budget_seeds(preset: DictConfig, name: str) -> list[int] | dict[str, list[int]]:
+    """The other budgets' seeds as verdicts.json records them: one list where every budget
+    trains at ``budget_seeds``, else each budget's (by its tokens, as 2M)."""
+    default = preset_seeds(preset, name, "budget_seeds")
+    others = seeded_budgets(preset, default)
+    if all(s is default for _, s in others):
+        return default
+    return {tokens_text(tokens): s for tokens, s in others}
 
 
 def preset_sha256(name: str) -> str:

@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 
 from posexp.claims import verdicts
 from posexp.claims.base import FAILS, HOLDS
-from posexp.claims.budgets import budget_groups, tokens_text
+from posexp.claims.budgets import budget_groups, seeded_budgets, tokens_text
 from posexp.claims.campaign import Pending
 from posexp.claims.suite import verdict_table, write_budget_reports
 from posexp.config import compose
@@ -61,12 +61,39 @@ def test_each_claim_is_judged_at_each_budget_and_a_change_reads_budget_dependent
 def test_a_campaign_trains_the_main_budget_before_the_others():
     preset = OmegaConf.create({"budgets": [2000000, 1000000]})
     runs = [["encoding=rope"], ["encoding=alibi"]]
-    assert budget_groups(runs, [0, 1], [1, 2], preset) == [
+    assert budget_groups(runs, [0, 1], seeded_budgets(preset, [1, 2])) == [
         (runs, [0, 1]),
         ([["encoding=rope", "train.tokens=2000000"], ["encoding=alibi", "train.tokens=2000000"]],
          [1, 2]),
         ([["encoding=rope", "train.tokens=1000000"], ["encoding=alibi", "train.tokens=1000000"]],
          [1, 2])]
+
+
+def test_a_budget_entry_that_names_its_seeds_trains_at_them_and_the_others_at_budget_seeds():
+    preset = OmegaConf.create({"budgets": [{"tokens": 4000000, "seeds": [0, 1, 2]}, 2000000]})
+    assert seeded_budgets(preset, [1, 2, 3]) == [(4000000, [0, 1, 2]), (2000000, [1, 2, 3])]
+    assert budget_groups([["encoding=rope"]], [0], seeded_budgets(preset, [1, 2, 3]))[1:] == [
+        ([["encoding=rope", "train.tokens=4000000"]], [0, 1, 2]),
+        ([["encoding=rope", "train.tokens=2000000"]], [1, 2, 3])]
+
+
+@pytest.mark.parametrize("entry, refusal", [
+    ({"tokens": 4000000, "seeds": [0, 0]}, "the seeds of budget 4000000 must be a list of "
+                                           "distinct non-negative integers"),
+    ({"tokens": 4000000, "seeds": []}, "the seeds of budget 4000000 must be"),
+    ({"tokens": 0, "seeds": [1]}, r"budgets must be a list of positive integers"),
+    ({"tokens": 4000000}, r"or of \{tokens, seeds\}, got")])
+def test_a_budget_entry_with_bad_seeds_or_tokens_is_refused(tmp_path, entry, refusal):
+    import yaml
+
+    from posexp.claims.preset import load_preset
+    from posexp.errors import UsageError
+    from tests.presets import shipped_preset
+
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump({**shipped_preset("cpu"),
+                                                     "budgets": [entry]}))
+    with pytest.raises(UsageError, match=refusal):
+        load_preset(str(tmp_path / "p.yaml"))
 
 
 def test_the_budget_runs_train_at_the_budget_seeds_and_the_main_runs_at_the_seeds(tmp_path):
@@ -83,8 +110,9 @@ def test_the_budget_runs_train_at_the_budget_seeds_and_the_main_runs_at_the_seed
     seeds_at = {}
     for cfg in configs:
         seeds_at.setdefault(int(cfg.train.tokens), set()).add(int(cfg.seed))
-    assert seeds_at == {4000000: {0, 1, 2}, 2000000: {1, 2, 3}}
-    assert len(set(paths)) == len(paths) == 7 * 3 * 2
+    # the 4M runs, the main budget until #43, keep the seeds they were recorded at
+    assert seeds_at == {16000000: {0, 1, 2}, 4000000: {0, 1, 2}, 2000000: {1, 2, 3}}
+    assert len(set(paths)) == len(paths) == 7 * 3 * 3
     without = OmegaConf.merge(preset, {"budget_seeds": None})
     assert preset_seeds(without, "cpu", "budget_seeds") == [0, 1, 2]
     with pytest.raises(Exception, match="budget_seeds must be a list of distinct"):
@@ -101,7 +129,7 @@ def test_a_budget_that_is_not_a_positive_token_count_is_refused(tmp_path, bad):
 
     (tmp_path / "p.yaml").write_text(yaml.safe_dump({**shipped_preset("cpu"), "budgets": [bad]}))
     with pytest.raises(UsageError, match=r"p.yaml: budgets must be a list of positive integers "
-                                         r"\(train.tokens\), got "):
+                                         r"\(train.tokens\) or of \{tokens, seeds\}, got "):
         load_preset(str(tmp_path / "p.yaml"))
 
 
