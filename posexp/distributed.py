@@ -39,11 +39,16 @@ def join(device_type: str) -> World:
 
 def mean(value: torch.Tensor, world: World) -> float:
     """The mean of a scalar over all processes."""
+    return reduced(value, world).item()
+
+
+def reduced(value: torch.Tensor, world: World) -> torch.Tensor:
+    """The mean of a scalar over all processes, left on the device (no wait for it)."""
     if world.size > 1:
         value = value.detach().clone()
         dist.all_reduce(value)
         value /= world.size
-    return value.item()
+    return value
 
 
 def barrier(world: World) -> None:

@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from posexp.config import RunSpec
 from posexp.config.spec import TrainSpec
-from posexp.distributed import World, mean
+from posexp.distributed import World, reduced
 from posexp.errors import PosexpError, Stopped, on_signals
 from posexp.evaluate.windows import autocast
 from posexp.model import GPT
@@ -274,6 +274,7 @@ class Loop:
         self.gen = torch.Generator().manual_seed(spec.seed)
         self.first_step, self.last, self.seconds_before = 0, {"loss": float("nan")}, 0.0
         self.initial_loss: float | None = None  # the first step's, to tell a run that learned
+        self.first_loss: torch.Tensor | None = None  # it, until the first log reads it
         self.start = time.perf_counter()
 
     def resume(self, state: dict) -> None:
@@ -287,6 +288,7 @@ class Loop:
         self.initial_loss = state.get("initial_loss")  # checkpoints before it have none
 
     def checkpoint(self, step: int) -> None:
+        first = self.read_first_loss()  # on every process: a mean over them
         if self.run is None:
             return
         self.run.save_checkpoint({
@@ -294,7 +296,7 @@ class Loop:
             "step": step, "tokens": step * self.plan.tokens_per_step,
             "data_rng": self.gen.get_state(), "rng": rng_state(), "last": self.last,
             "seconds": self.seconds_before + time.perf_counter() - self.start,
-            "initial_loss": self.initial_loss,
+            "initial_loss": first,
         })
 
     def step(self, step: int) -> tuple[torch.Tensor, torch.Tensor, float]:
@@ -317,9 +319,20 @@ class Loop:
         self.opt.zero_grad(set_to_none=True)
         return loss, grad_norm, lr
 
+    def read_first_loss(self) -> float | None:
+        """The first step's loss as a number (a wait for the device, where it is pending)."""
+        if self.first_loss is not None:
+            self.initial_loss, self.first_loss = reduced(self.first_loss, self.world).item(), None
+        return self.initial_loss
+
     def log(self, done: int, loss: torch.Tensor, grad_norm: torch.Tensor, lr: float) -> None:
-        # .item() waits for the device, so only at log intervals
-        loss_value, norm_value = mean(loss, self.world), grad_norm.item()
+        # reading a value waits for the device: one read of every value, at log intervals
+        values = [reduced(loss, self.world).detach(), grad_norm.detach()]
+        if self.first_loss is not None:
+            values.append(reduced(self.first_loss, self.world))
+        loss_value, norm_value, *first = torch.stack(values).tolist()
+        if first:
+            self.initial_loss, self.first_loss = first[0], None
         elapsed = self.seconds_before + time.perf_counter() - self.start
         if not math.isfinite(loss_value):
             raise Diverged(done, self.last["loss"], loss_value)
@@ -398,7 +411,7 @@ def fit(model: GPT, workload, data, spec: RunSpec, run: Run | None, sink: Sink,
         for step in range(loop.first_step, plan.total_steps):
             loss, grad_norm, lr = loop.step(step)
             if step == 0:
-                loop.initial_loss = mean(loss, loop.world)
+                loop.first_loss = loss.detach()
             bar.update(plan.tokens_per_step)
             done = step + 1
             if signals.received is None:
