@@ -3,11 +3,16 @@
 #
 #   bash scripts/gpu.sh bench       # scripts/bench.py at the reference shape, eager + compiled,
 #                                   # one ALiBi row per kernel (flex, sdpa; flash if installed),
-#                                   # x-transformers side by side when it is installed
-#   bash scripts/gpu.sh reproduce   # posexp reproduce --preset gpu (about 10 minutes on an H200)
-#   bash scripts/gpu.sh encodings   # then --preset encodings-gpu: the other encodings and the
-#                                   # randomized runs beside the gpu preset's (a later session
-#                                   # starts bare: it trains the gpu preset's runs again first)
+#                                   # x-transformers side by side when it is installed; then
+#                                   # scripts/bench_train.py: posexp train end to end there
+#   bash scripts/gpu.sh reproduce   # a chunk of posexp reproduce --preset gpu: it carries on
+#                                   # from the records committed under results/reproduce-gpu,
+#                                   # trains what fits in TIME_LIMIT (default 6m: one 10-minute
+#                                   # device command with the install, the start-up and the
+#                                   # report beside) and returns every completed run's record
+#                                   # and the report in $OUT/reproduce-gpu-records.tgz
+#   bash scripts/gpu.sh encodings   # the same for --preset encodings-gpu (the other encodings
+#                                   # and the randomized runs beside the gpu preset's)
 #   bash scripts/gpu.sh pretrained  # posexp pretrained --preset tinyllama-gpu: TinyLlama 1.1B,
 #                                   # every RoPE scaling at factors 2-8 to 4x its context, and
 #                                   # passkey (expected time in configs/pretrained/
@@ -22,8 +27,8 @@
 # and the command `bash scripts/gpu.sh bench` (then `... reproduce`, a second call: each is
 # sized to fit one 10-minute command; bench.py rewrites its files after every row, so one
 # cut short by the limit still returns what it measured, marked incomplete). Results land
-# in $OUT (or ./gpu-out elsewhere); copy them to results/bench/ and
-# results/reproduce-gpu/report/ and commit them.
+# in $OUT (or ./gpu-out elsewhere); copy the bench's to results/bench/, unpack the records
+# into results/ (tar -xzf reproduce-gpu-records.tgz -C results) and commit them.
 set -euo pipefail
 case "${1:-}" in
     bench|reproduce|encodings|pretrained) ;;
@@ -50,17 +55,25 @@ case "${1:-}" in
         if python3 -c "import x_transformers" 2>/dev/null; then xt=(--xtransformers); fi
         python3 scripts/bench.py --compile --bias-kernels "$kernels" "${xt[@]}" --out "$out" \
             2>&1 | tee "$out/bench.log"
+        # posexp train end to end at the same shape, two processes an encoding, beside the
+        # bench's step rate (E2E_ENCODINGS, default rope,alibi: about 2 minutes each)
+        python3 scripts/bench_train.py --encodings "${E2E_ENCODINGS:-rope,alibi}" \
+            --bench "$(ls -t "$out"/bench-cuda-*.json | head -1)" --out "$out" \
+            2>&1 | tee "$out/bench_train.log"
         ;;
-    reproduce)
-        python3 -m posexp reproduce --preset gpu --results-dir /tmp/posexp-gpu 2>&1 \
-            | tee "$out/reproduce.log"
-        tar -czf "$out/reproduce-gpu-report.tgz" -C /tmp/posexp-gpu/reproduce-gpu report
-        ;;
-    encodings)
-        python3 -m posexp reproduce --preset encodings-gpu --results-dir /tmp/posexp-gpu 2>&1 \
-            | tee "$out/encodings.log"
-        tar -czf "$out/reproduce-gpu-report-encodings.tgz" -C /tmp/posexp-gpu/reproduce-gpu \
-            report-encodings
+    reproduce|encodings)
+        preset=gpu
+        if [ "$1" = encodings ]; then preset=encodings-gpu; fi
+        # a campaign carries on from its records: those committed are copied in first
+        mkdir -p /tmp/posexp-gpu
+        if [ -d results/reproduce-gpu ]; then cp -r results/reproduce-gpu /tmp/posexp-gpu/; fi
+        rc=0
+        python3 -m posexp reproduce --preset "$preset" --results-dir /tmp/posexp-gpu \
+            --time-limit "${TIME_LIMIT:-6m}" 2>&1 | tee "$out/$1.log" || rc=$?
+        # every completed run's record (its directory without the checkpoint) and the
+        # reports, to be unpacked into results/ and committed: tar -xzf ... -C results
+        bash scripts/records.sh /tmp/posexp-gpu reproduce-gpu "$out/reproduce-gpu-records.tgz"
+        if [ "$rc" -ne 0 ] && [ "$rc" -ne 3 ]; then exit "$rc"; fi  # 3: the time limit
         ;;
     pretrained)
         model=()
