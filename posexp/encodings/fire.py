@@ -9,8 +9,11 @@ sequence.  The threshold L keeps short prefixes from being stretched: for i <= L
 normaliser is fixed and the bias is a function of i - j alone (so a model trained on windows
 shorter than L sees inputs up to psi(L_train)/psi(L) only, and the rest of [0, 1] first at
 evaluation).  c and L are learned.  All of it follows the PyTorch listing in the paper's
-appendix: c starts at 0.1; L = |L_multiplier * 512|, L_multiplier a learned scalar that
-starts at 1; |c * x| inside the logs; 1e-6 added to the normaliser; the MLP's layers start
+appendix: c starts at 0.1; L = |L_multiplier * init_L|, L_multiplier a learned scalar that
+starts at 1, init_L 512 in the listing, at or below the lengths the paper trains at, so that
+the MLP's input covers [0, 1] in training.  configs/encoding/fire.yaml starts it at the run's
+own training length (train.seq_len), which keeps that so at any L: at L = 128 a start at 512
+left every input above psi(127)/psi(512) = 0.66 unseen until evaluation; |c * x| inside the logs; 1e-6 added to the normaliser; the MLP's layers start
 as torch.nn.Linear's do, U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
 
 Each layer has its own MLP, c and L.  The bias depends on i through the normaliser, so it is
@@ -100,7 +103,9 @@ class Fire(PositionalEncoding):
 class FireConfig:
     hidden: int = 32  # width of the MLP's hidden layer
     init_c: float = 0.1  # c of psi(x) = log(c x + 1), learned from here
-    init_L: float = 512.0  # threshold L of the normaliser, learned from here (as a multiplier)
+    # threshold L of the normaliser, learned from here (as a multiplier): the listing's 512;
+    # configs/encoding/fire.yaml gives the run's training length
+    init_L: float = 512.0
 
     def __post_init__(self) -> None:
         require(1 <= self.hidden <= 4096, "hidden", "in [1, 4096]", self.hidden)

@@ -207,6 +207,26 @@ def test_fire_init_is_the_papers():
     assert layer.w2.abs().max() <= bound and layer.w2.abs().max() > 0.8 * bound
 
 
+@pytest.mark.parametrize("seq_len", [64, 128, 512])
+def test_a_fire_run_starts_its_threshold_at_its_training_length(seq_len):
+    """configs/encoding/fire.yaml starts L at train.seq_len, so the MLP's input covers [0, 1]
+    in training at any L (#43): at L = 128 the listing's 512 left inputs above 0.66 unseen."""
+    from posexp import config as C
+    from tests.conftest import compose_args
+
+    C.register()
+    cfg = compose_args(["encoding=fire", f"train.seq_len={seq_len}"])
+    assert float(cfg.encoding.hparams.init_L) == seq_len
+    layer = built("fire", init_L=float(cfg.encoding.hparams.init_L)).layers[0]
+    i = torch.arange(seq_len, dtype=torch.float64)[:, None]
+    widest = layer.normalized_distance(i, torch.zeros(1)).max().item()
+    assert widest > 0.98  # psi(L - 1) / psi(L): the last position of a training window
+    if seq_len == 128:  # what the listing's start left unseen here
+        listing = built("fire", init_L=512.0).layers[0]
+        seen = listing.normalized_distance(i, torch.zeros(1)).max().item()
+        assert seen == pytest.approx(0.662, abs=1e-3)
+
+
 def test_fire_chunks_rows_to_bound_its_hidden_activations(monkeypatch):
     fire = built("fire")
     whole = fire.score_bias(0, 3, 40, 43, CPU)
