@@ -35,7 +35,9 @@ from collections.abc import Callable
 from dataclasses import astuple, dataclass, field, replace
 
 from posexp import stats
+from posexp.claims.gate import Bar, unlearned
 from posexp.claims.sources import Scale
+from posexp.report.curves import models_of
 from posexp.report.series import Series, build_series, curve_name
 from posexp.runs import Region, RunResult, is_spread, region_text
 from posexp.scaling import Key as Scaling
@@ -212,6 +214,18 @@ class Claim:
     needs: list  # the curves (CurveRef) or, for a task claim, the arms (tasks.Arm)
     tests: list  # Test, or tasks.AccuracyTest
     beside: list = field(default_factory=list)  # Shown
+    # judged only on arms that learned at L (claims/gate.py): a claim about behaviour past
+    # L; false for a claim about quality at L, whose answer is the measurement
+    gated: bool = True
+    # how the claim was changed after its suite's data were seen, with the commit: printed in
+    # bold beside it wherever its verdict is (a reader weighs such a claim accordingly)
+    respecified: str | None = None
+
+    def title(self, number: int) -> str:
+        """The claim as its verdict names it: its number, text and any re-specification."""
+        flag = (f" **[re-specified after the data: {self.respecified}]**"
+                if self.respecified else "")
+        return f"{number}. {self.text}{flag}"
 
 
 @dataclass
@@ -254,9 +268,17 @@ class Curves:
     one claim on one scored region: spans of ``n_tokens`` targets over the validation
     split (points scored on one stretch before posexp spread them are not used)."""
 
-    def __init__(self, runs: list[RunResult], n_tokens: int) -> None:
+    def __init__(self, runs: list[RunResult], n_tokens: int, bar: Bar | None = None) -> None:
         self.series = build_series(runs)[0]
         self.n_tokens = n_tokens
+        self.bar = bar  # the learning gate's (claims/gate.py), where the preset states one
+        self.models = models_of(self.series)
+
+    def unlearned(self, claim: Claim, series: dict) -> str | None:
+        """Why the claim's arms carry no verdict (the learning gate), or None."""
+        if self.bar is None or not claim.gated:
+            return None
+        return unlearned(self.bar, series, self.models)
 
     def find(self, need: CurveRef) -> dict[Region, Series] | str:
         by_region: dict[Region, Series] = {}
@@ -269,9 +291,9 @@ class Curves:
             by_region[s.region] = s
         return by_region or f"no completed run of {need.text} with {need.mode} points"
 
-    def measure(self, needs: list[CurveRef]) -> tuple[dict, list[RunResult]] | str:
-        """(seed -> length -> point of each needed curve, all on one region; the runs read),
-        or why there is none."""
+    def measure(self, needs: list[CurveRef]) -> tuple[dict, list[RunResult], dict] | str:
+        """(seed -> length -> point of each needed curve, all on one region; the runs read;
+        each need's series there), or why there is none."""
         found: dict[CurveRef, dict[Region, Series]] = {}
         for need in needs:
             got = self.find(need)
@@ -289,8 +311,9 @@ class Curves:
                     f"its runs ({held}; `posexp eval RUN` scores an older run on them)")
         region = common.pop()
         runs = [r for need in needs for r in found[need][region].members]
-        return {need: {r.seed: r.points(need.mode, region, need.scaling)
-                       for r in found[need][region].members} for need in needs}, runs
+        return ({need: {r.seed: r.points(need.mode, region, need.scaling)
+                        for r in found[need][region].members} for need in needs}, runs,
+                {need: found[need][region] for need in needs})
 
 
 def scope_text(claim: Claim, runs: list[RunResult]) -> str:
@@ -318,12 +341,16 @@ def _span(values: list, unit: float, suffix: str) -> str:
 
 def judge(claim: Claim, curves: Curves, number: int) -> Verdict:
     """The claim's verdict: every test's statistic with its interval, combined."""
-    name = f"{number}. {claim.text}"
+    name = claim.title(number)
     got = curves.measure(claim.needs)
     if isinstance(got, str):
         return Verdict(name, claim.source, kind_text(claim), scope_text(claim, []),
                        f"not measured: {got}", UNMEASURED, "")
-    points, runs = got
+    points, runs, series = got
+    gated = curves.unlearned(claim, series)
+    if gated is not None:
+        return Verdict(name, claim.source, kind_text(claim), scope_text(claim, runs),
+                       f"not measured: {gated}", UNMEASURED, "")
     seeds = sorted(set.intersection(*(set(by_seed) for by_seed in points.values())))
 
     def lookup(seed: int) -> Callable[..., dict]:

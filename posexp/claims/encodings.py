@@ -23,6 +23,7 @@ from posexp.claims.base import (
     randomized,
     ratio_of,
 )
+from posexp.claims.gate import Bar
 from posexp.claims.press import learned_property
 from posexp.claims.registry import ClaimSet, Sections, register_claim_set
 from posexp.claims.sources import CHI, CHI_SCALE, LI, LI_SCALE, RUOSS, RUOSS_SCALE, SUN, SUN_SCALE
@@ -36,6 +37,8 @@ class Thresholds:
     randomized: list  # encodings trained with and without random positions
     better: Margin  # every superiority claim "a is better than b": by more than this
     tie: Margin  # every "at least as good as": no worse than this
+    # the learning gate (claims/gate.py): the compressor an arm must beat at L
+    learned_bar: Bar | None = None
 
 
 def helps(a: CurveRef, b: CurveRef, k: int, what: str, th: DictConfig) -> tuple[list, list]:

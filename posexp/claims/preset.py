@@ -16,6 +16,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from posexp.claims.base import Margin
+from posexp.claims.gate import COMPRESSORS, Bar
 from posexp.claims.margins import load_margins, margins_path
 from posexp.claims.registry import CLAIM_SETS, ClaimSet
 from posexp.config import CONFIG_DIR
@@ -105,7 +106,8 @@ def load_preset(name: str) -> tuple[DictConfig, ClaimSet]:
 
 KINDS = {int: "a positive integer", float: "a finite number above 0", list: "a list",
          str: "a string", bool: "true or false", dict: "a mapping",
-         Margin: "a mapping of margin (a number, 0 or more) and reason (why that margin)"}
+         Margin: "a mapping of margin (a number, 0 or more) and reason (why that margin)",
+         Bar: f"a mapping of compressor ({' or '.join(COMPRESSORS)}) and reason (why it)"}
 
 
 def _kind(field_type: object) -> type:
@@ -127,6 +129,10 @@ def _fits(value: object, kind: type) -> bool:
     if kind is Margin:  # a claim's margin is fixed in the preset with its reason
         return isinstance(value, dict) and set(value) == {"margin", "reason"} \
             and _number(value["margin"]) and value["margin"] >= 0 \
+            and isinstance(value["reason"], str) and bool(value["reason"].strip())
+    if kind is Bar:  # the learning gate's bar, fixed in the margins file with its reason
+        return isinstance(value, dict) and set(value) == {"compressor", "reason"} \
+            and value["compressor"] in COMPRESSORS \
             and isinstance(value["reason"], str) and bool(value["reason"].strip())
     return isinstance(value, kind)
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from omegaconf import DictConfig
 
 from posexp.claims.base import Claim, Curves, Verdict, judge
+from posexp.claims.gate import Bar
 from posexp.runs import RunResult
 
 Sections = list[tuple[str, list[Claim]]]
@@ -25,7 +26,7 @@ def numbered(sections: Sections) -> list[tuple[int, Claim]]:
 def judge_curves(sections: Sections, runs: list[RunResult], preset: DictConfig,
                  n_tokens: int) -> list[Verdict]:
     """Every claim judged on the runs' perplexity curves, on the layout of ``n_tokens``."""
-    curves = Curves(runs, n_tokens)
+    curves = Curves(runs, n_tokens, Bar.of(preset.thresholds))
     return [judge(c, curves, n) for n, c in numbered(sections)]
 
 

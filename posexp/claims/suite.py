@@ -33,6 +33,7 @@ from posexp.claims.campaign import (
     modes_of,
     run_campaign,
 )
+from posexp.claims.gate import gate_note
 from posexp.claims.margins import margins_record, margins_text
 from posexp.claims.preset import (
     DEFAULT_SET,
@@ -212,7 +213,8 @@ def reproduce(name: str, results_dir: Path, config_dir: str | None = None,
     # its claims are not measured
     rows = verdicts([r for r in runs if r.path not in failed], preset, n_tokens.pop(),
                     [what for _, what in pending.values()], main)
-    write_verdicts(out, name, preset, claim_set, sections, rows, runs, failed, seeds, made)
+    write_verdicts(out, name, preset, claim_set, sections, rows, runs, failed, seeds, made,
+                   main)
     print(f"\n{terminal_verdicts(rows)}\n\nreport: {out}")
     end_campaign(campaign, pending, failed, len(configs) + len(tunes))
     if failed:
@@ -271,14 +273,18 @@ def verdicts(runs: list[RunResult], preset: DictConfig, n_tokens: int,
 
 def write_verdicts(out: Path, name: str, preset: DictConfig, claim_set: ClaimSet,
                    sections: list, rows: list[Verdict], runs: list[RunResult],
-                   failed: dict[Path, str], seeds: list[int], made: dict) -> None:
-    """verdicts.md and verdicts.json beside the report; ``made``: provenance's record."""
+                   failed: dict[Path, str], seeds: list[int], made: dict,
+                   main: int | None = None) -> None:
+    """verdicts.md and verdicts.json beside the report; ``made``: provenance's record;
+    ``main``: the preset's own budget, whose runs the learning gate's table shows."""
     devices = ", ".join(sorted({str(r.info.get("device", "?")) for r in runs})) or "?"
     by_section, start = [], 0
     for title, section in sections:
         by_section.append((title, rows[start:start + len(section)]))
         start += len(section)
-    note = claim_set.note(runs, preset) if claim_set.note else None
+    notes = [gate_note(at_budget(runs, main, main) if main is not None else runs, preset),
+             claim_set.note(runs, preset) if claim_set.note else None]
+    note = "\n\n".join(n for n in notes if n) or None
     atomic_write_text(out / "verdicts.md", verdicts_markdown(
         name, preset, by_section, note, failed, devices,
         f"{provenance_text(made, runs)}\n\n{versions_table(runs)}", scored_text(runs)))

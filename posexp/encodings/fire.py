@@ -13,8 +13,9 @@ appendix: c starts at 0.1; L = |L_multiplier * init_L|, L_multiplier a learned s
 starts at 1, init_L 512 in the listing, at or below the lengths the paper trains at, so that
 the MLP's input covers [0, 1] in training.  configs/encoding/fire.yaml starts it at the run's
 own training length (train.seq_len), which keeps that so at any L: at L = 128 a start at 512
-left every input above psi(127)/psi(512) = 0.66 unseen until evaluation; |c * x| inside the logs; 1e-6 added to the normaliser; the MLP's layers start
-as torch.nn.Linear's do, U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
+left every input above psi(127)/psi(512) = 0.66 unseen until evaluation.  |c * x| inside
+the logs; 1e-6 added to the normaliser; the MLP's layers start as torch.nn.Linear's do,
+U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
 
 Each layer has its own MLP, c and L.  The bias depends on i through the normaliser, so it is
 built block by block of queries, and within a block in chunks of rows, so that the MLP's

@@ -53,4 +53,4 @@ def test_the_tasks_preset_end_to_end(posexp_here, tmp_path):
         assert row["verdict"] == UNMEASURED, row["measured"]
         assert " did not learn copy (exact match " in row["measured"]
     assert (out / "tasks-copy.png").is_file()
-    assert "NoPE against absolute positions on tasks" in (out / "verdicts.md").read_text()
+    assert "NoPE against the explicit encodings on tasks" in (out / "verdicts.md").read_text()

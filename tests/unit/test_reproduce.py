@@ -600,28 +600,35 @@ def rope_runs(root: Path, tuned_pi: float = 5.1, tunes: bool = True) -> list:
 
 def test_rope_scaling_claims_on_known_perplexities(tmp_path):
     v = by_number(verdicts(rope_runs(tmp_path), ROPE_PRESET, 512))
-    assert {n: v[n].verdict for n in v} == {1: HOLDS, 2: HOLDS, 3: HOLDS, 4: HOLDS, 5: HOLDS}
-    assert v[1].measured == ("NTK-aware x4 / plain, ppl(4L) = 0.667 [0.667, 0.667]; "
-                             "YaRN x4 / plain, ppl(4L) = 0.611 [0.611, 0.611]")
-    assert v[2].measured == "PI x4 / plain, ppl(L) = 1.300 [1.300, 1.300]"
+    assert {n: v[n].verdict for n in v} == dict.fromkeys(range(1, 9), HOLDS)
+    # one claim a method (#43): a claim of two held only where both did
+    assert v[1].measured == "NTK-aware x4 / plain, ppl(4L) = 0.667 [0.667, 0.667]"
+    assert v[2].measured == "YaRN x4 / plain, ppl(4L) = 0.611 [0.611, 0.611]"
+    assert v[3].measured == "PI x4 / plain, ppl(L) = 1.300 [1.300, 1.300]"
     # against the control's ppl(L) -- the same training budget -- with the parent's beside
-    assert v[3].measured.startswith(
-        "fine-tuned PI ppl(4L) / control ppl(L) = 1.030 [1.030, 1.030]; fine-tuned YaRN "
-        "ppl(4L) / control ppl(L) = 0.990 [0.990, 0.990]; beside: fine-tuned PI ppl(4L) / "
-        "parent ppl(L) = 1.020")
-    assert v[4].measured == ("fine-tuned PI / control, ppl(4L) = 0.580 [0.580, 0.580]; "
-                             "fine-tuned YaRN / control, ppl(4L) = 0.557 [0.557, 0.557]")
-    assert v[5].measured == "fine-tuned YaRN / PI, ppl(4L) = 0.961 [0.961, 0.961]"
-    assert v[1].source.startswith("bloc97") and v[3].source.startswith("Chen et al.")
-    assert v[3].kind.startswith("fine-tuned PI ppl(4L) / control ppl(L): non-inferiority, "
+    assert v[4].measured == (
+        "fine-tuned PI ppl(4L) / control ppl(L) = 1.030 [1.030, 1.030]; beside: fine-tuned "
+        "PI ppl(4L) / parent ppl(L) = 1.020 [1.020, 1.020]")
+    assert v[5].measured.startswith(
+        "fine-tuned YaRN ppl(4L) / control ppl(L) = 0.990 [0.990, 0.990]")
+    assert v[6].measured == "fine-tuned PI / control, ppl(4L) = 0.580 [0.580, 0.580]"
+    assert v[7].measured == "fine-tuned YaRN / control, ppl(4L) = 0.557 [0.557, 0.557]"
+    assert v[8].measured == "fine-tuned YaRN / PI, ppl(4L) = 0.961 [0.961, 0.961]"
+    assert v[1].source.startswith("bloc97") and v[2].source.startswith("Peng et al.")
+    assert v[4].source.startswith("Chen et al.") and v[5].source.startswith("Peng et al.")
+    assert v[4].kind.startswith("fine-tuned PI ppl(4L) / control ppl(L): non-inferiority, "
                                 "margin 5% (< 1.05)")
-    # a fine-tune that leaves 4L 20% above the control's L
+    # each split claim says so, in bold, wherever its verdict is
+    for n in (1, 2, 4, 5, 6, 7):
+        assert "**[re-specified after the data: split per method in #43" in v[n].claim
+    assert "re-specified" not in v[3].claim + v[8].claim
+    # a PI fine-tune that leaves 4L 20% above the control's L: YaRN's claim still holds
     v = by_number(verdicts(rope_runs(tmp_path / "worse", tuned_pi=6.0), ROPE_PRESET, 512))
-    assert (v[3].verdict, v[5].verdict) == (FAILS, HOLDS)
+    assert (v[4].verdict, v[5].verdict, v[8].verdict) == (FAILS, HOLDS, HOLDS)
     # without fine-tunes, their claims are not measured, naming what is missing
     v = by_number(verdicts(rope_runs(tmp_path / "none", tunes=False), ROPE_PRESET, 512))
-    assert [v[n].verdict for n in range(1, 6)] == [HOLDS, HOLDS] + [UNMEASURED] * 3
-    assert v[5].measured == ("not measured: no completed run of rope L=16 \u2192 ft L=64 PI "
+    assert [v[n].verdict for n in range(1, 9)] == [HOLDS] * 3 + [UNMEASURED] * 5
+    assert v[8].measured == ("not measured: no completed run of rope L=16 \u2192 ft L=64 PI "
                              "\u00d74 on 2,048 tokens with nonoverlapping points")
 
 
@@ -633,15 +640,15 @@ def test_each_fine_tune_budget_is_judged_on_its_own_fine_tunes(tmp_path):
     preset = OmegaConf.merge(ROPE_PRESET, {"thresholds": {"finetunes": {
         "short": 2048, "continued training": 8192}}})
     v = by_number(verdicts(load_runs(tmp_path)[0], preset, 512))
-    assert len(v) == 8 and [v[n].verdict for n in range(1, 6)] == [HOLDS] * 5
-    assert "(continued training, 8,192 tokens)" in v[6].claim
+    assert len(v) == 13 and [v[n].verdict for n in range(1, 9)] == [HOLDS] * 8
+    assert "(continued training, 8,192 tokens)" in v[9].claim
     # 8.0 / 8.7 at 4L against the continued control, not the short one's 8.8
-    assert v[7].measured.startswith("fine-tuned PI / control, ppl(4L) = 0.920")
-    assert v[6].verdict == FAILS  # 8.0 / 4.9: far from the control's ppl(L)
+    assert v[11].measured.startswith("fine-tuned PI / control, ppl(4L) = 0.920")
+    assert v[9].verdict == FAILS  # PI: 8.0 / 4.9, far from the control's ppl(L)
     # a budget the margins name but no run trained is not measured, never another's runs
     preset = OmegaConf.merge(ROPE_PRESET, {"thresholds": {"finetunes": {"long": 99}}})
     v = by_number(verdicts(rope_runs(tmp_path / "one"), preset, 512))
-    assert [v[n].verdict for n in range(3, 9)] == [HOLDS] * 3 + [UNMEASURED] * 3
+    assert [v[n].verdict for n in range(4, 14)] == [HOLDS] * 5 + [UNMEASURED] * 5
 
 
 @pytest.mark.parametrize("finetunes", [{}, {"short": 0}, {"short": "many"}, {"short": True}])

@@ -27,7 +27,7 @@ SMALL = ("model.d_model=32", "model.n_layer=1", "model.n_head=2", "train.seq_len
 N_MAX = 7  # copy, reverse and addition at seq_len 16: 7 (addition: 3 digits)
 
 
-THRESHOLDS = {"tasks": ["copy"], "absolute": ["learned", "sinusoidal"], "randomized": ["rope"],
+THRESHOLDS = {"tasks": ["copy"], "explicit": ["learned", "sinusoidal"], "randomized": ["rope"],
               "random_positions": 64, "metric": "exact", "learned": 0.9,
               "tie": {"margin": 0.0, "reason": "a tie"},
               "min_gain": {"margin": 0.05, "reason": "a boost of five points"}}
@@ -214,7 +214,7 @@ def test_the_tasks_presets_hold_the_claims_of_the_issue():
                            for e in ("nope", "learned", "sinusoidal", "rope", "alibi")}
         assert sum("train.random_positions" in " ".join(run) for run in preset.runs) == \
             len(tasks[name])
-        assert set(preset.thresholds.absolute) == {"learned", "sinusoidal"}
+        assert set(preset.thresholds.explicit) == {"learned", "sinusoidal", "rope", "alibi"}
         assert (preset.thresholds.metric, preset.thresholds.learned) == ("exact", 0.9)
         assert {"model.init=torch", "model.tie_weights=false"} <= set(preset.overrides)
         encodings = {o.split("=")[1] for run in preset.runs for o in run
