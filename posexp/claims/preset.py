@@ -257,14 +257,14 @@ def _check_places(path: Path, tree: dict) -> None:
 
 def preset_runs(preset: DictConfig) -> list[list[str]]:
     """The preset's runs: those it lists, and with ``every_encoding: true`` one more for each
-    registered encoding it does not train as is or with only its own hparams set (the
-    registry decides; the preset names none of them)."""
+    registered encoding it does not train as is or with only its own hparams or its run's
+    name set (the registry decides; the preset names none of them)."""
     from posexp.encodings import in_order  # the registry imports torch
 
     runs = [list(run) for run in preset.runs]
     if preset.get("every_encoding"):
         listed = {run[0] for run in runs
-                  if all(o.startswith("encoding.hparams.") for o in run[1:])}
+                  if all(o.startswith(("encoding.hparams.", "run_name=")) for o in run[1:])}
         runs += [[f"encoding={name}"] for name in in_order()
                  if f"encoding={name}" not in listed]
     return [with_lr(preset, run) for run in runs]

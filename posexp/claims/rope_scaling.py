@@ -89,7 +89,7 @@ def claims(L: int, th: DictConfig) -> list[Claim]:
 
 # each method a claim of its own: one claim of two methods held only if both did, and so a
 # method that held read as "does not hold" beside one that did not
-SPLIT = "split per method in #43; it was one claim of {first}, judged on both"
+SPLIT = "split per method in 6e96f12 (#43); it was one claim of {first}, judged on both"
 SOURCES = {"linear": f"{CHEN}, §3 (about 1000 steps)", "yarn": f"{PENG}, §4"}
 SCALES = {"linear": CHEN_SCALE, "yarn": PENG_SCALE}
 

@@ -86,8 +86,8 @@ def arm_text(arm: Arm) -> str:
 
 # Kazemnejad et al. find NoPE ahead of every explicit encoding they test (absolute positions,
 # T5's bias, ALiBi, rotary), not only of the absolute ones this claim first read
-EXPLICIT = ("compared with every explicit encoding in #43; it compared NoPE with learned and "
-            "sinusoidal positions only")
+EXPLICIT = ("compared with every explicit encoding in 6e96f12 (#43); it compared NoPE with "
+            "learned and sinusoidal positions only")
 
 
 def task_claims(preset: DictConfig) -> tuple[list[Claim], list[Claim]]:

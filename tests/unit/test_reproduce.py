@@ -526,9 +526,10 @@ def test_the_encodings_presets_train_every_encoding_and_share_their_base_presets
     for name, base in (("encodings", "cpu"), ("encodings-gpu", "gpu")):
         preset, other = (load_preset(n)[0] for n in (name, base))
         runs = preset_runs(preset)
-        # each encoding once as is or with its own hparams only (T5's max_distance)
-        plain = [r[0] for r in runs
-                 if all(o.startswith(("encoding.hparams.", "train.lr=")) for o in r[1:])]
+        # each encoding once as is or with its own hparams or run name only (T5's
+        # max_distance; FIRE's runs named with their threshold's start, #43)
+        plain = [r[0] for r in runs if all(o.startswith(("encoding.hparams.", "train.lr=",
+                                                         "run_name=")) for o in r[1:])]
         assert sorted(plain) == sorted(f"encoding={e}" for e in REGISTERED)
         assert preset.experiment == other.experiment and report_dir(preset, name) != "report"
 
@@ -620,7 +621,7 @@ def test_rope_scaling_claims_on_known_perplexities(tmp_path):
                                 "margin 5% (< 1.05)")
     # each split claim says so, in bold, wherever its verdict is
     for n in (1, 2, 4, 5, 6, 7):
-        assert "**[re-specified after the data: split per method in #43" in v[n].claim
+        assert "**[re-specified after the data: split per method in 6e96f12 (#43)" in v[n].claim
     assert "re-specified" not in v[3].claim + v[8].claim
     # a PI fine-tune that leaves 4L 20% above the control's L: YaRN's claim still holds
     v = by_number(verdicts(rope_runs(tmp_path / "worse", tuned_pi=6.0), ROPE_PRESET, 512))
