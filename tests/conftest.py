@@ -1,3 +1,4 @@
+import copy
 import io
 import json
 import os
@@ -12,6 +13,8 @@ import pytest
 from posexp import cli
 from posexp import config as C
 from posexp.cli.args import parse_args
+
+REPO = Path(__file__).resolve().parents[1]
 
 # A model and budget small enough that a run through the real CLI takes a few seconds.
 TINY = [
@@ -63,7 +66,7 @@ def cache_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def posexp(cache_dir, tmp_path):
+def posexp_process(cache_dir, tmp_path):
     """Run the installed CLI in a subprocess, from tmp_path, with a shared token cache."""
 
     def run(*args: str, cwd: Path | None = None, env: dict | None = None):
@@ -80,25 +83,62 @@ def posexp(cache_dir, tmp_path):
 def in_process(args: list[str], cwd: Path, env: dict) -> subprocess.CompletedProcess:
     """``posexp ARGS`` through ``cli.main`` -- what the posexp script calls -- in this
     process: its exit code, stdout and stderr as a subprocess would give them, without a
-    process start and torch's import.  The working directory and the environment (Hydra's
-    job sets hydra.job.env_set in it) are put back afterwards."""
+    process start and torch's import.  What the command leaves behind in the process is put
+    back afterwards, as the end of a process would: the working directory, the environment
+    (Hydra's job sets hydra.job.env_set in it), the registries an encoding or task of the
+    user's own adds itself to, and the user's modules it imported (another test's module of
+    the same name is not this one)."""
     out, err = io.StringIO(), io.StringIO()
-    with pytest.MonkeyPatch.context() as mp, redirect_stdout(out), redirect_stderr(err):
-        mp.chdir(cwd)
-        mp.delenv("POSEXP_DEBUG", raising=False)
-        for key, value in env.items():
-            mp.setenv(key, value)
-        try:
-            cli.main(list(args))
-        except SystemExit as e:
-            code = e.code
+    registries = [(r, copy.copy(r)) for r in registries_of_posexp()]
+    modules = set(sys.modules)
+    try:
+        with pytest.MonkeyPatch.context() as mp, redirect_stdout(out), redirect_stderr(err):
+            mp.chdir(cwd)
+            mp.delenv("POSEXP_DEBUG", raising=False)
+            for key, value in env.items():
+                mp.setenv(key, value)
+            try:
+                cli.main(list(args))
+            except SystemExit as e:
+                code = e.code
+    finally:
+        for registry, before in registries:
+            registry.clear()
+            registry.update(before) if isinstance(registry, dict) else registry.extend(before)
+        for name in set(sys.modules) - modules:
+            if users_module(sys.modules[name]):
+                del sys.modules[name]
     return subprocess.CompletedProcess(["posexp", *args], code, out.getvalue(), err.getvalue())
 
 
+def registries_of_posexp() -> list:
+    """The registries an extension adds itself to (docs/architecture.md)."""
+    from posexp.claims.registry import CLAIM_SETS
+    from posexp.data.tasks.registry import TASKS
+    from posexp.encodings.registry import ENCODINGS
+    from posexp.report.base import FIGURES
+
+    return [ENCODINGS, TASKS, CLAIM_SETS, FIGURES]
+
+
+def users_module(module: object) -> bool:
+    """A module imported from outside the interpreter's packages and posexp's own: a user's
+    (a test's) own."""
+    file = getattr(module, "__file__", None)
+    if not file:
+        return False
+    path = Path(file).resolve()
+    return not any(path.is_relative_to(root) for root in (
+        Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), REPO / "posexp"))
+
+
 @pytest.fixture
-def posexp_here(cache_dir, tmp_path):
-    """Like ``posexp``, in this process: for tests of what a command does, not of the process
-    boundary (signals, kills, the script itself, W&B's service and environment)."""
+def posexp(cache_dir, tmp_path):
+    """``posexp ARGS`` from tmp_path with a shared token cache, through cli.main in this
+    process (``in_process``): for every test of what a command does.  A test of the process
+    boundary itself -- signals, kills, locks between processes, the script, a launcher's
+    processes, W&B's service, environment variables read at import -- takes
+    ``posexp_process``."""
 
     def run(*args: str, cwd: Path | None = None, env: dict | None = None):
         return in_process(list(args), cwd or tmp_path, {"POSEXP_CACHE": str(cache_dir),
@@ -110,18 +150,15 @@ def posexp_here(cache_dir, tmp_path):
 @pytest.fixture(scope="session")
 def trained(cache_dir, tmp_path_factory):
     """``trained(encoding)``: the result and directory of ``posexp train encoding=ENCODING
-    *TINY results_dir=out``, run through the real CLI once per session.  Tests that change a
+    *TINY results_dir=out``, run through cli.main once per session.  Tests that change a
     run take a copy (``copy_run``)."""
     runs: dict[str, tuple[subprocess.CompletedProcess, Path]] = {}
     root = tmp_path_factory.mktemp("trained")
-    env = {**os.environ, "POSEXP_CACHE": str(cache_dir)}
-    env.pop("POSEXP_DEBUG", None)
 
     def get(encoding: str) -> tuple[subprocess.CompletedProcess, Path]:
         if encoding not in runs:
-            r = subprocess.run([sys.executable, "-m", "posexp", "train", f"encoding={encoding}",
-                                *TINY, "results_dir=out"], cwd=root, env=env,
-                               capture_output=True, text=True, timeout=600)
+            r = in_process(["train", f"encoding={encoding}", *TINY, "results_dir=out"], root,
+                           {"POSEXP_CACHE": str(cache_dir)})
             runs[encoding] = r, root / "out" / "default" / f"{encoding}-L16-s0"
         return runs[encoding]
 

@@ -86,10 +86,11 @@ def test_a_campaign_stops_at_its_limit_and_continues_to_the_same_numbers(posexp,
     assert numbers(root) == numbers(whole)
 
 
-def test_reproduce_hands_its_runs_to_the_joblib_launcher(posexp, tmp_path):
+def test_reproduce_hands_its_runs_to_the_joblib_launcher(posexp_process, tmp_path):
+    # joblib's jobs are processes of their own, writing to the command's own stderr
     preset = tiny_preset(tmp_path / "tiny.yaml", rope_tokens=2048)
-    r = posexp("reproduce", "--preset", str(preset), "--results-dir", "out",
-               "hydra/launcher=joblib", "hydra.launcher.n_jobs=2")
+    r = posexp_process("reproduce", "--preset", str(preset), "--results-dir", "out",
+                       "hydra/launcher=joblib", "hydra.launcher.n_jobs=2")
     assert r.returncode == 0, r.stderr
     root = tmp_path / "out" / "claims"
     for name in ("rope-L16-s0", "alibi-L16-s0"):
@@ -98,8 +99,8 @@ def test_reproduce_hands_its_runs_to_the_joblib_launcher(posexp, tmp_path):
         assert f"[{name}] posexp: " in r.stderr  # each job's lines, whole and named
     assert read_json(root / "report" / "verdicts.json")["preset"] == str(preset)
     assert not list((root / ".campaign").glob("plan-*.json"))  # the plan does not stay
-    r = posexp("reproduce", "--preset", str(preset), "--results-dir", "out",
-               "hydra/launcher=joblib", "seed=3")
+    r = posexp_process("reproduce", "--preset", str(preset), "--results-dir", "out",
+                       "hydra/launcher=joblib", "seed=3")
     assert r.returncode == 2
     assert r.stderr.splitlines() == [
         "posexp: error: posexp reproduce takes hydra/launcher=NAME and "

@@ -15,7 +15,7 @@ ENCODINGS = ["nope", "learned", "sinusoidal", "rope", "alibi"]
 @pytest.mark.parametrize("encoding", ENCODINGS)
 def test_train_then_eval(request, tmp_path, encoding):
     # rope through the installed script, the others through cli.main in this process
-    posexp = request.getfixturevalue("posexp" if encoding == "rope" else "posexp_here")
+    posexp = request.getfixturevalue("posexp_process" if encoding == "rope" else "posexp")
     r = posexp("train", f"encoding={encoding}", *TINY, "results_dir=out", "experiment=e2e")
     assert r.returncode == 0, r.stderr
     run = tmp_path / "out" / "e2e" / f"{encoding}-L16-s0"
@@ -69,15 +69,15 @@ def test_train_then_eval(request, tmp_path, encoding):
         (run / "checkpoint.pt").stat().st_mtime)
 
 
-def test_same_seed_same_numbers(posexp, posexp_here, tmp_path):
+def test_same_seed_same_numbers(posexp_process, posexp, tmp_path):
     """The same numbers from a process of its own and from a process that ran other work."""
     args = ["train", "encoding=alibi", *TINY, "results_dir=out"]
-    assert posexp(*args, "experiment=a").returncode == 0
-    assert posexp_here(*args, "experiment=b").returncode == 0
+    assert posexp_process(*args, "experiment=a").returncode == 0
+    assert posexp(*args, "experiment=b").returncode == 0
     a = read_json(tmp_path / "out/a/alibi-L16-s0/eval.json")["curve"]
     b = read_json(tmp_path / "out/b/alibi-L16-s0/eval.json")["curve"]
     assert [p["loss"] for p in a] == [p["loss"] for p in b]
-    assert posexp_here(*args, "experiment=c", "seed=1").returncode == 0
+    assert posexp(*args, "experiment=c", "seed=1").returncode == 0
     c = read_json(tmp_path / "out/c/alibi-L16-s1/eval.json")["curve"]
     assert [p["loss"] for p in a] != [p["loss"] for p in c]
 
@@ -90,7 +90,7 @@ def test_cfg_job_prints_config_without_running(posexp, tmp_path):
     assert not (tmp_path / "results").exists()
 
 
-def test_a_config_is_composed_once(posexp_here, tmp_path, monkeypatch):
+def test_a_config_is_composed_once(posexp, tmp_path, monkeypatch):
     """posexp train composes its config once; a sweep composes its preset once, each job
     once to plan it and once more for Hydra's launcher (the job's directory and
     environment), and the launcher's own config: the job runs the config posexp planned.
@@ -106,27 +106,27 @@ def test_a_config_is_composed_once(posexp_here, tmp_path, monkeypatch):
 
     monkeypatch.setattr(ConfigLoaderImpl, "load_configuration", counted)
     args = [*TINY, "train.tokens=1024", "results_dir=out"]
-    r = posexp_here("train", "encoding=alibi", *args)
+    r = posexp("train", "encoding=alibi", *args)
     assert r.returncode == 0, r.stderr
     assert len(composed) == 1
     composed.clear()
-    r = posexp_here("sweep", "encoding=alibi,rope", *args)
+    r = posexp("sweep", "encoding=alibi,rope", *args)
     assert r.returncode == 0, r.stderr
     assert len(composed) == 1 + 2 * 2 + 1
-    r = posexp_here("train", "--cfg", "hydra", "hydra.job.chdir=false")
+    r = posexp("train", "--cfg", "hydra", "hydra.job.chdir=false")
     shown = yaml.safe_load(r.stdout)["hydra"]
     assert shown["run"]["dir"] == "." and "help" not in shown and "hydra_help" not in shown
     # --resolve reads Hydra's part against the whole config, whose keys it names
-    r = posexp_here("train", "--cfg", "hydra", "--resolve", "--package", "hydra.sweep")
+    r = posexp("train", "--cfg", "hydra", "--resolve", "--package", "hydra.sweep")
     assert yaml.safe_load(r.stdout) == {"dir": "results/default", "subdir": "rope-L64-s0"}, \
         r.stderr
 
 
-def test_config_dir_adds_an_encoding_variant(posexp_here, tmp_path):
+def test_config_dir_adds_an_encoding_variant(posexp, tmp_path):
     (tmp_path / "extra" / "encoding").mkdir(parents=True)
     (tmp_path / "extra" / "encoding" / "rope500k.yaml").write_text(
         "defaults:\n  - encoding_schema\nname: rope\nbase: 500000.0\n")
-    r = posexp_here("train", "--config-dir", str(tmp_path / "extra"), "encoding=rope500k",
+    r = posexp("train", "--config-dir", str(tmp_path / "extra"), "encoding=rope500k",
                "--cfg", "job")
     assert r.returncode == 0, r.stderr
     assert yaml.safe_load(r.stdout)["encoding"]["base"] == 500000.0
@@ -163,30 +163,30 @@ USAGE_ERRORS = [
 def test_usage_errors_are_one_line_and_exit_2(request, tmp_path, args, message):
     # two through the installed script (nothing else writes to its stderr), the rest here
     real = args in (["train.seq_len=0"], ["data=text"])
-    r = request.getfixturevalue("posexp" if real else "posexp_here")(
+    r = request.getfixturevalue("posexp_process" if real else "posexp")(
         "train", *args, "results_dir=out")
     assert_usage_error(r, message)
     assert not list((tmp_path / "out").glob("*/*/run.json"))
 
 
-def test_cuda_without_gpu(posexp_here):
+def test_cuda_without_gpu(posexp):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
-    r = posexp_here("train", "device=cuda", *TINY[:-1], "results_dir=out")
+    r = posexp("train", "device=cuda", *TINY[:-1], "results_dir=out")
     assert r.returncode == 2 and "no CUDA GPU" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
 
 
-def test_eval_on_a_directory_that_is_not_a_run(posexp_here, tmp_path):
+def test_eval_on_a_directory_that_is_not_a_run(posexp, tmp_path):
     (tmp_path / "notarun").mkdir()
-    r = posexp_here("eval", str(tmp_path / "notarun"))
+    r = posexp("eval", str(tmp_path / "notarun"))
     assert r.returncode == 2 and "not a finished posexp run" in r.stderr
-    r = posexp_here("eval", str(tmp_path / "missing"))
+    r = posexp("eval", str(tmp_path / "missing"))
     assert r.returncode == 2 and "is not a directory" in r.stderr
 
 
-def test_eval_errors_on_a_real_run(posexp_here, tmp_path):
-    posexp = posexp_here
+def test_eval_errors_on_a_real_run(posexp, tmp_path):
+    posexp = posexp
     assert posexp("train", "encoding=nope", *TINY, "results_dir=out").returncode == 0
     run = tmp_path / "out/default/nope-L16-s0"
     r = posexp("eval", str(run), "train.seq_len=32")

@@ -86,6 +86,6 @@ DATA_ERRORS = [
 def test_data_usage_errors_are_one_line_and_exit_2(request, args, message):
     # one through the installed script (nothing else writes to its stderr), the rest here
     real = args == ["data=hf"]
-    r = request.getfixturevalue("posexp" if real else "posexp_here")(
+    r = request.getfixturevalue("posexp_process" if real else "posexp")(
         "train", *args, "results_dir=out")
     assert_usage_error(r, message)

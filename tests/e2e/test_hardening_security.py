@@ -250,7 +250,7 @@ def reached(*args, **kwargs):
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_issue_28(case, posexp, posexp_here, tmp_path, monkeypatch):
+def test_issue_28(case, posexp_process, posexp, tmp_path, monkeypatch):
     from posexp.claims import suite
     from posexp.cli import run_commands
 
@@ -263,12 +263,12 @@ def test_issue_28(case, posexp, posexp_here, tmp_path, monkeypatch):
             for a in case.args]
     env = {k: v.replace("{d}", str(tmp_path)) for k, v in case.env.items()}
     if case.process:
-        r = posexp(*args, env=env)
+        r = posexp_process(*args, env=env)
     else:
         monkeypatch.setattr(run_commands, "run_job", reached)
         monkeypatch.setattr(run_commands, "launch", reached)
         monkeypatch.setattr(suite, "train_all", reached)
-        r = posexp_here(*args, env=env)
+        r = posexp(*args, env=env)
     assert r.returncode == case.code, (r.stdout, r.stderr)
     assert "Traceback" not in r.stderr
     if case.code:
@@ -285,11 +285,11 @@ def test_issue_28(case, posexp, posexp_here, tmp_path, monkeypatch):
         case.then(tmp_path, r)
 
 
-def test_issue_28_10_a_swept_path_names_its_runs(posexp_here, tmp_path):
+def test_issue_28_10_a_swept_path_names_its_runs(posexp, tmp_path):
     for name in ("a", "b"):
         (tmp_path / "c").mkdir(exist_ok=True)
         (tmp_path / "c" / f"{name}.txt").write_text("words and more words\n" * 4000)
-    r = posexp_here("sweep", "--cfg", "job", "encoding=rope", "data=text",
+    r = posexp("sweep", "--cfg", "job", "encoding=rope", "data=text",
                     "data.path=c/a.txt,c/b.txt")
     assert r.returncode == 0, r.stderr
     assert r.stdout.count("# job ") == 2
@@ -315,17 +315,17 @@ def test_issue_28_8_help_imports_no_torch(args, tmp_path):
 
 
 # --- 9: a run named from inside it ----------------------------------------------------------
-def test_issue_28_9_resume_eval_and_finetune_of_dot(trained, posexp_here, tmp_path):
+def test_issue_28_9_resume_eval_and_finetune_of_dot(trained, posexp, tmp_path):
     result, run = trained("rope")
     assert result.returncode == 0, result.stderr
     home = copy_run(run, tmp_path / "res")
     before = files_under(home)
-    r = posexp_here("resume", ".", cwd=home)
+    r = posexp("resume", ".", cwd=home)
     assert r.returncode == 0, r.stderr
     assert "experiment ''" not in r.stderr
-    r = posexp_here("eval", ".", "eval.lengths=[16]", cwd=home)
+    r = posexp("eval", ".", "eval.lengths=[16]", cwd=home)
     assert r.returncode == 0, r.stderr
-    r = posexp_here("finetune", ".", "--cfg", "job", cwd=home)
+    r = posexp("finetune", ".", "--cfg", "job", cwd=home)
     assert r.returncode == 0, r.stderr
     shown = yaml.safe_load(r.stdout)
     assert shown["run_name"] == "rope-L16-s0-ft" and shown["experiment"] == "default"

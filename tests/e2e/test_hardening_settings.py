@@ -80,10 +80,10 @@ def test_a_run_that_learned_is_not_warned_about(trained):
     ({"WANDB_MODE": "bogus"}, "WANDB_MODE='bogus' is not a W&B mode"),
     ({"WANDB_DIR": "{tmp}/afile"}, "is a file, not a directory"),
 ])
-def test_wandb_environment_is_refused_before_training(posexp, tmp_path, env, words):
+def test_wandb_environment_is_refused_before_training(posexp_process, tmp_path, env, words):
     (tmp_path / "afile").write_text("x")
     env = {k: v.replace("{tmp}", str(tmp_path)) for k, v in env.items()}
-    r = posexp("train", *TINY, "logger=wandb", "results_dir=out", env=env)
+    r = posexp_process("train", *TINY, "logger=wandb", "results_dir=out", env=env)
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines() == [r.stderr.strip()] and words in r.stderr
     assert not (tmp_path / "out").exists()

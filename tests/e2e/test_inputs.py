@@ -139,15 +139,15 @@ def test_code_paths_leave_no_trace(posexp, tmp_path):
     assert not list(tmp_path.glob("pwned*"))
 
 
-def test_help_of_the_real_script(posexp):
-    r = posexp("train", "-h")
+def test_help_of_the_real_script(posexp_process):
+    r = posexp_process("train", "-h")
     assert r.returncode == 0 and not r.stderr, r.stderr
     assert r.stdout.startswith("posexp train:") and "hydra/launcher=" in r.stdout
-    r = posexp("eval", "-h")
+    r = posexp_process("eval", "-h")
     assert r.returncode == 0 and "Examples:" in r.stdout and "{" not in r.stdout
 
 
-def test_resume_after_a_damaged_metrics_file(posexp_here, trained, tmp_path):
+def test_resume_after_a_damaged_metrics_file(posexp, trained, tmp_path):
     """A run whose metrics.jsonl holds lines that are not records still resumes (here: from
     its final checkpoint, so only the evaluation is left) and completes."""
     done, trained_run = trained("nope")
@@ -157,7 +157,7 @@ def test_resume_after_a_damaged_metrics_file(posexp_here, trained, tmp_path):
     (run / "run.json").write_text(json.dumps({**info, "status": "interrupted"}))
     with (run / "metrics.jsonl").open("ab") as fh:
         fh.write(b"5\n\xff\xfe garbage\n{\"step\": ")
-    r = posexp_here("resume", str(run))
+    r = posexp("resume", str(run))
     assert r.returncode == 0, r.stderr
     assert "resuming from step" in r.stderr
     assert read_json(run / "run.json")["status"] == "completed"

@@ -151,8 +151,8 @@ def on_a_terminal(args: list[str], cwd, env: dict) -> str:
     return b"".join(chunks).decode(errors="replace")
 
 
-def test_ls_compare_and_eval_on_real_runs(posexp_here, tmp_path, cache_dir):
-    posexp = posexp_here  # a terminal below is a process of its own
+def test_ls_compare_and_eval_on_real_runs(posexp, tmp_path, cache_dir):
+    posexp = posexp  # a terminal below is a process of its own
     for encoding in ("alibi", "rope"):
         r = posexp("train", f"encoding={encoding}", *TINY, "results_dir=out")
         assert r.returncode == 0, r.stderr

@@ -34,14 +34,14 @@ def lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.strip()]
 
 
-def test_a_pretrained_run_through_eval_ls_compare_and_report(models, posexp_here, tmp_path):
-    r = posexp_here("pretrained", str(models["llama"]), *args(models))
+def test_a_pretrained_run_through_eval_ls_compare_and_report(models, posexp, tmp_path):
+    r = posexp("pretrained", str(models["llama"]), *args(models))
     assert r.returncode == 0, r.stderr
     assert "bits/byte" in r.stdout and "<- train length" in r.stdout
     run = tmp_path / "out" / "default" / "tiny-llama"
     info = read_json(run / "run.json")
     assert (info["status"], info["kind"], info["dtype"]) == ("completed", "pretrained", "float32")
-    r = posexp_here("eval", str(run), "eval.rope_scaling=plain,yarn,ntk",
+    r = posexp("eval", str(run), "eval.rope_scaling=plain,yarn,ntk",
                     "eval.rope_scaling.factor=2", "task=passkey", "task.lengths=[300]",
                     "task.depths=[0,1]", "task.eval_count=2")
     assert r.returncode == 0, r.stderr
@@ -51,20 +51,20 @@ def test_a_pretrained_run_through_eval_ls_compare_and_report(models, posexp_here
     scored = read_json(run / "eval.json")
     assert len(scored["curve"]) == 9 and len(scored["tasks"]) == 6
     assert {p["task"] for p in scored["tasks"]} == {"passkey"}
-    r = posexp_here("eval", str(run), "eval.rope_scaling=yarn", "eval.rope_scaling.factor=2")
+    r = posexp("eval", str(run), "eval.rope_scaling=yarn", "eval.rope_scaling.factor=2")
     assert r.returncode == 0 and "nothing to score" in r.stderr
-    r = posexp_here("eval", str(run), "eval.lengths=[32]", "--cfg", "job")
+    r = posexp("eval", str(run), "eval.lengths=[32]", "--cfg", "job")
     assert r.returncode == 0 and "weights_sha256:" in r.stdout and "  - 32" in r.stdout
     assert read_json(run / "eval.json") == scored  # --cfg job scores nothing
-    assert posexp_here("pretrained", str(models["neox"]), *args(models)).returncode == 0
-    r = posexp_here("ls", "out")
+    assert posexp("pretrained", str(models["neox"]), *args(models)).returncode == 0
+    r = posexp("ls", "out")
     assert r.returncode == 0
     assert [line.split()[:3] for line in lines(r.stdout)[1:]] == [
         ["default/tiny-llama", "tiny-llama", "64"], ["default/tiny-neox", "tiny-neox", "64"]]
-    r = posexp_here("compare", str(run), "out/default/tiny-neox")
+    r = posexp("compare", str(run), "out/default/tiny-neox")
     assert r.returncode == 0, r.stderr
     assert "pretrained.weights_sha256" in r.stdout and "not comparable" not in r.stdout
-    r = posexp_here("report", "out")
+    r = posexp("report", "out")
     assert r.returncode == 0, r.stderr
     report = tmp_path / "out" / "report"
     for name in ("extrapolation_nonoverlapping", "tasks-passkey-heatmap"):
@@ -75,8 +75,8 @@ def test_a_pretrained_run_through_eval_ls_compare_and_report(models, posexp_here
     assert "weights_sha256" not in summary  # labels name the model, not its hashes
 
 
-def test_resume_scores_only_what_an_unfinished_evaluation_lacks(models, posexp_here, tmp_path):
-    assert posexp_here("pretrained", str(models["llama"]),
+def test_resume_scores_only_what_an_unfinished_evaluation_lacks(models, posexp, tmp_path):
+    assert posexp("pretrained", str(models["llama"]),
                        *args(models, "eval.lengths=[16]")).returncode == 0
     run = tmp_path / "out" / "default" / "tiny-llama"
     # as a run stopped part-way leaves it: interrupted, some points scored, more asked for
@@ -85,7 +85,7 @@ def test_resume_scores_only_what_an_unfinished_evaluation_lacks(models, posexp_h
     config = (run / "config.yaml").read_text().replace("  - 16\n", "  - 16\n  - 32\n")
     (run / "config.yaml").write_text(config)
     before = read_json(run / "eval.json")["curve"][0]
-    r = posexp_here("resume", str(run))
+    r = posexp("resume", str(run))
     assert r.returncode == 0, r.stderr
     assert "at length 32" in r.stderr, r.stderr
     curve = read_json(run / "eval.json")["curve"]
@@ -105,20 +105,20 @@ def test_resume_scores_only_what_an_unfinished_evaluation_lacks(models, posexp_h
     (["pretrained", "{llama}", "attention=flash"], 2, "attention=flash"),
     (["pretrained", "tiny-org/absent"], 1, "not in the Hugging Face cache"),
 ])
-def test_bad_input_is_one_line(command, code, words, models, posexp_here, tmp_path):
+def test_bad_input_is_one_line(command, code, words, models, posexp, tmp_path):
     argv = [a.format(llama=models["llama"], gpt2=models["gpt2"]) for a in command]
-    r = posexp_here(*argv, *([] if "data=task" in argv else args(models)),
+    r = posexp(*argv, *([] if "data=task" in argv else args(models)),
                     env={"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub")})
     assert r.returncode == code, r.stderr
     assert len(lines(r.stderr)) == 1 and words in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
 
 
-def test_a_pretrained_run_is_not_fine_tuned_and_is_locked_while_scored(models, posexp_here,
-                                                                       posexp, tmp_path):
-    assert posexp_here("pretrained", str(models["llama"]), *args(models)).returncode == 0
+def test_a_pretrained_run_is_not_fine_tuned_and_is_locked_while_scored(models, posexp,
+                                                                       tmp_path):
+    assert posexp("pretrained", str(models["llama"]), *args(models)).returncode == 0
     run = tmp_path / "out" / "default" / "tiny-llama"
-    r = posexp_here("finetune", str(run), "train.seq_len=128")
+    r = posexp("finetune", str(run), "train.seq_len=128")
     assert r.returncode == 2 and "fine-tuning them is out of scope" in r.stderr
     holder = subprocess.Popen([sys.executable, "-c", (
         "import sys, time\nfrom pathlib import Path\nfrom posexp.runs import Run\n"

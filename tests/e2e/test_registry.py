@@ -5,23 +5,23 @@ import yaml
 from tests.conftest import TINY, assert_usage_error
 
 
-def test_hparams_are_set_from_the_command_line(posexp_here):
-    r = posexp_here("train", "encoding=sinusoidal", "encoding.hparams.scale_tokens=false",
+def test_hparams_are_set_from_the_command_line(posexp):
+    r = posexp("train", "encoding=sinusoidal", "encoding.hparams.scale_tokens=false",
                     "encoding.hparams.table_scale=0.5", "--cfg", "job")
     assert r.returncode == 0, r.stderr
     assert yaml.safe_load(r.stdout)["encoding"]["hparams"] == {
         "scale_tokens": False, "table_scale": 0.5, "learn_scale": False, "unit_tokens": False}
-    assert_usage_error(posexp_here("train", "encoding=rope", "encoding.hparams.table_scale=2"),
+    assert_usage_error(posexp("train", "encoding=rope", "encoding.hparams.table_scale=2"),
                        "the encoding has no hyperparameter encoding.hparams.table_scale")
-    assert_usage_error(posexp_here("train", "encoding=sinusoidal",
+    assert_usage_error(posexp("train", "encoding=sinusoidal",
                                    "encoding.hparams.table_scale=-1"),
                        "encoding.hparams.table_scale must be a positive number, got -1.0")
-    assert_usage_error(posexp_here("train", "encoding=sinusoidal",
+    assert_usage_error(posexp("train", "encoding=sinusoidal",
                                    "encoding.hparams.table_scale.x=1"),
                        "encoding.hparams.table_scale")
 
 
-def test_hparams_reach_the_trained_model(posexp_here, tmp_path):
+def test_hparams_reach_the_trained_model(posexp, tmp_path):
     """The trained model is built with the run's hparams, not the module's defaults: a trained
     table scale that starts at 0.5 is in the checkpoint, near 0.5, and the same config with a
     fixed scale has no such weight."""
@@ -29,9 +29,9 @@ def test_hparams_reach_the_trained_model(posexp_here, tmp_path):
 
     common = ["encoding=sinusoidal", "encoding.hparams.scale_tokens=false",
               "encoding.hparams.table_scale=0.5", *TINY]
-    assert posexp_here("train", *common, "encoding.hparams.learn_scale=true",
+    assert posexp("train", *common, "encoding.hparams.learn_scale=true",
                        "run_name=trained").returncode == 0
-    assert posexp_here("train", *common, "run_name=fixed").returncode == 0
+    assert posexp("train", *common, "run_name=fixed").returncode == 0
     weights = {name: torch.load(tmp_path / "results/default" / name / "checkpoint.pt",
                                 weights_only=True)["model"] for name in ("trained", "fixed")}
     scale = weights["trained"]["encoding.scale"]

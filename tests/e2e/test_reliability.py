@@ -29,7 +29,7 @@ def whole(cache_dir, tmp_path_factory):
     return outcome(cwd / "out/whole/rope-L16-s0")
 
 
-def test_kill_9_at_random_points_then_resume_gives_identical_numbers(posexp_here, cache_dir,
+def test_kill_9_at_random_points_then_resume_gives_identical_numbers(posexp, cache_dir,
                                                                      tmp_path, whole):
     run = tmp_path / "out/cut/rope-L16-s0"
     kill_points = sorted(random.Random(5).sample(range(10, 500), 3))
@@ -41,7 +41,7 @@ def test_kill_9_at_random_points_then_resume_gives_identical_numbers(posexp_here
         assert read_json(run / "run.json")["status"] == "running"  # killed: nothing more said
     # the process runs on a few steps between reaching the point and the kill
     killed_at = last_step(run)
-    r = posexp_here("train", *LONG, "experiment=cut")  # the same command again
+    r = posexp("train", *LONG, "experiment=cut")  # the same command again
     assert r.returncode == 0, r.stderr
     assert "resuming from step" in r.stderr
     assert outcome(run) == whole
@@ -55,7 +55,7 @@ def test_kill_9_at_random_points_then_resume_gives_identical_numbers(posexp_here
 
 
 @pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_signal_checkpoints_then_resume_command_finishes(posexp_here, cache_dir, tmp_path, whole,
+def test_signal_checkpoints_then_resume_command_finishes(posexp, cache_dir, tmp_path, whole,
                                                          sig, code):
     run = tmp_path / "out/sig/rope-L16-s0"
     proc = start(cache_dir, tmp_path, "train", *LONG, "experiment=sig")
@@ -68,13 +68,13 @@ def test_signal_checkpoints_then_resume_command_finishes(posexp_here, cache_dir,
     assert info["status"] == "interrupted" and "resume" in info["reason"]
     stopped_at = torch.load(run / "checkpoint.pt", weights_only=True)["step"]
     assert stopped_at >= 150
-    r = posexp_here("resume", str(run))
+    r = posexp("resume", str(run))
     assert r.returncode == 0, r.stderr
     assert f"resuming from step {stopped_at}" in r.stderr
     assert outcome(run) == whole
 
 
-def test_killed_sweep_completes_only_what_is_missing(posexp_here, cache_dir, tmp_path):
+def test_killed_sweep_completes_only_what_is_missing(posexp, cache_dir, tmp_path):
     grid = ["encoding=alibi,nope", *[a for a in LONG if not a.startswith("encoding")],
             "experiment=sw"]
     root = tmp_path / "out/sw"
@@ -85,7 +85,7 @@ def test_killed_sweep_completes_only_what_is_missing(posexp_here, cache_dir, tmp
     assert read_json(root / "alibi-L16-s0/run.json")["status"] == "completed"
     assert read_json(root / "nope-L16-s0/run.json")["status"] == "running"
     done_stamp = (root / "alibi-L16-s0/checkpoint.pt").stat().st_mtime_ns
-    r = posexp_here("sweep", *grid)
+    r = posexp("sweep", *grid)
     assert r.returncode == 0, r.stderr
     assert "alibi-L16-s0: already completed" in r.stderr and "resuming from step" in r.stderr
     assert (root / "alibi-L16-s0/checkpoint.pt").stat().st_mtime_ns == done_stamp
@@ -93,17 +93,17 @@ def test_killed_sweep_completes_only_what_is_missing(posexp_here, cache_dir, tmp
     assert "not completed" not in r.stdout
 
 
-def test_completed_run_is_skipped_unless_resume_false(posexp_here, trained, tmp_path):
+def test_completed_run_is_skipped_unless_resume_false(posexp, trained, tmp_path):
     args = ["train", "encoding=nope", *TINY, "results_dir=out"]
     done, trained_run = trained("nope")
     assert done.returncode == 0, done.stderr
     run = copy_run(trained_run, tmp_path / "out")
     stamp = (run / "checkpoint.pt").stat().st_mtime_ns
     weights = read_json(run / "run.json")["weights_sha256"]
-    r = posexp_here(*args)
+    r = posexp(*args)
     assert r.returncode == 0 and "already completed" in r.stderr and "skipped" in r.stderr
     assert (run / "checkpoint.pt").stat().st_mtime_ns == stamp
-    r = posexp_here(*args, "train.resume=false")
+    r = posexp(*args, "train.resume=false")
     assert r.returncode == 0 and (run / "checkpoint.pt").stat().st_mtime_ns != stamp
     # the old run was moved aside, whole, never deleted
     (aside,) = (tmp_path / "out/default/.replaced").iterdir()
@@ -112,8 +112,8 @@ def test_completed_run_is_skipped_unless_resume_false(posexp_here, trained, tmp_
     assert (aside / "checkpoint.pt").stat().st_mtime_ns == stamp
 
 
-def test_divergence_stops_the_run_and_the_sweep_goes_on(posexp_here, tmp_path):
-    r = posexp_here("sweep", "encoding=nope", "train.lr=1e6,0.002", *TINY, "train.log_every=2",
+def test_divergence_stops_the_run_and_the_sweep_goes_on(posexp, tmp_path):
+    r = posexp("sweep", "encoding=nope", "train.lr=1e6,0.002", *TINY, "train.log_every=2",
                     "run_name=lr${train.lr}", "results_dir=out")
     assert r.returncode == 1  # one of two runs did not complete
     info = read_json(tmp_path / "out/default/lr1000000.0/run.json")
@@ -150,7 +150,7 @@ def test_disk_full_fails_cleanly_and_keeps_the_last_checkpoint(posexp, trained, 
         subprocess.run(["umount", str(disk)], check=False)
 
 
-def test_checkpoint_with_pickled_objects_is_refused(posexp_here, tmp_path):
+def test_checkpoint_with_pickled_objects_is_refused(posexp, tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / "config.yaml").write_text("{}")
@@ -161,7 +161,7 @@ def test_checkpoint_with_pickled_objects_is_refused(posexp_here, tmp_path):
             return (os.system, ("echo owned > owned.txt",))
 
     torch.save({"model": Payload()}, run / "checkpoint.pt")
-    r = posexp_here("eval", str(run))
+    r = posexp("eval", str(run))
     assert r.returncode != 0
     assert not (tmp_path / "owned.txt").exists()
     r = subprocess.run([sys.executable, "-c", "from pathlib import Path; from posexp.runs import "
@@ -170,23 +170,23 @@ def test_checkpoint_with_pickled_objects_is_refused(posexp_here, tmp_path):
     assert "refusing to load" in r.stderr and not (tmp_path / "owned.txt").exists()
 
 
-def test_no_api_key_in_any_results_file(posexp, tmp_path):
+def test_no_api_key_in_any_results_file(posexp_process, tmp_path):
     secret = "0123456789abcdef0123456789abcdef01234567"
-    r = posexp("train", "encoding=nope", *TINY, "results_dir=out", "logger=wandb",
-               "logger.mode=offline", env={"WANDB_API_KEY": secret, "WANDB_SILENT": "true"})
+    r = posexp_process("train", "encoding=nope", *TINY, "results_dir=out", "logger=wandb",
+                       "logger.mode=offline", env={"WANDB_API_KEY": secret, "WANDB_SILENT": "true"})
     assert r.returncode == 0, r.stderr
     for path in (tmp_path / "out").rglob("*"):
         if path.is_file():
             assert secret.encode() not in path.read_bytes(), path
 
 
-def test_results_dir_that_cannot_be_created(posexp_here, tmp_path):
+def test_results_dir_that_cannot_be_created(posexp, tmp_path):
     (tmp_path / "afile").write_text("x")
-    r = posexp_here("train", "encoding=nope", *TINY, f"results_dir={tmp_path / 'afile'}")
+    r = posexp("train", "encoding=nope", *TINY, f"results_dir={tmp_path / 'afile'}")
     assert r.returncode == 2 and "results_dir: cannot create" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
 
 
-def test_unknown_launcher(posexp_here):
-    r = posexp_here("sweep", "encoding=nope", "hydra/launcher=ray", *TINY)
+def test_unknown_launcher(posexp):
+    r = posexp("sweep", "encoding=nope", "hydra/launcher=ray", *TINY)
     assert r.returncode == 2 and "there is no hydra/launcher 'ray'" in r.stderr

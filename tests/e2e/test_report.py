@@ -45,10 +45,10 @@ def test_cli_report_names_a_damaged_run_and_reports_the_rest(posexp, tmp_path):
     assert "| res/bad | damaged | res/bad/run.json is damaged: no 'seq_len' |" in md
 
 
-def test_cli_report_in_paper_style_of_chosen_and_renamed_series(posexp_here, tmp_path):
+def test_cli_report_in_paper_style_of_chosen_and_renamed_series(posexp, tmp_path):
     for enc in ("rope", "alibi", "nope"):
         make_run(tmp_path / "res", enc, encoding=enc, ppl={16: 4.0, 32: 5.0, 64: 6.0})
-    r = posexp_here("report", "res", "--style", "paper", "--width", "one", "--exclude",
+    r = posexp("report", "res", "--style", "paper", "--width", "one", "--exclude",
                     "nope*", "--label", "rope L=16=RoPE")
     assert r.returncode == 0, r.stderr
     report = tmp_path / "res" / "report"
@@ -61,7 +61,7 @@ def test_cli_report_in_paper_style_of_chosen_and_renamed_series(posexp_here, tmp
     assert "| rope | 16 | 1 | **4.000** |" in md and "| nope |" not in md
 
 
-def test_cli_report_refuses_a_bad_style_or_selection_in_one_line(posexp_here, tmp_path):
+def test_cli_report_refuses_a_bad_style_or_selection_in_one_line(posexp, tmp_path):
     make_run(tmp_path / "res", "rope", ppl={16: 4.0, 32: 5.0})
     for args, message in (
             (("--label", "rope"), "--label 'rope': write --label OLD=NEW"),
@@ -71,7 +71,7 @@ def test_cli_report_refuses_a_bad_style_or_selection_in_one_line(posexp_here, tm
                                       "labels: rope L=16"),
             (("--style", "print"), "--style 'print': choose one of screen, paper"),
             (("--width", "one"), "--width sizes a paper's figures: use it with --style paper")):
-        r = posexp_here("report", "res", *args)
+        r = posexp("report", "res", *args)
         assert r.returncode == 2, (args, r.stderr)
         [line] = r.stderr.splitlines()
         assert line.startswith(f"posexp: error: {message}"), args

@@ -12,7 +12,7 @@ from tests.presets import shipped_preset
 C.register()
 
 
-def test_a_bad_tasks_preset_is_one_line_before_any_run(posexp_here, tmp_path):
+def test_a_bad_tasks_preset_is_one_line_before_any_run(posexp, tmp_path):
     preset = shipped_preset("tasks")
     (tmp_path / "f1.yaml").write_text(yaml.safe_dump(
         {**preset, "thresholds": {**preset["thresholds"], "metric": "f1"}}))
@@ -20,16 +20,16 @@ def test_a_bad_tasks_preset_is_one_line_before_any_run(posexp_here, tmp_path):
         {**preset, "thresholds": {k: v for k, v in preset["thresholds"].items()
                                   if k != "min_gain"}}))
     out = tmp_path / "out"
-    assert_usage_error(posexp_here("reproduce", "--preset", str(tmp_path / "f1.yaml"),
+    assert_usage_error(posexp("reproduce", "--preset", str(tmp_path / "f1.yaml"),
                                    "--results-dir", str(out)),
                        "thresholds.metric must be exact or token_acc, got 'f1'")
-    assert_usage_error(posexp_here("reproduce", "--preset", str(tmp_path / "nogain.yaml"),
+    assert_usage_error(posexp("reproduce", "--preset", str(tmp_path / "nogain.yaml"),
                                    "--results-dir", str(out)),
                        "has no thresholds.min_gain")
     assert not out.exists()
 
 
-def test_the_tasks_preset_end_to_end(posexp_here, tmp_path):
+def test_the_tasks_preset_end_to_end(posexp, tmp_path):
     preset = load_preset("tasks")[0]
     # the preset's own file, shrunk: its run names stay interpolations for each run
     tiny = shipped_preset("tasks")
@@ -41,7 +41,7 @@ def test_the_tasks_preset_end_to_end(posexp_here, tmp_path):
         "task.eval_count=20"]
     tiny["runs"] = [run for run in tiny["runs"] if "task=copy" in run]
     (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(tiny))
-    r = posexp_here("reproduce", "--preset", str(tmp_path / "tiny.yaml"),
+    r = posexp("reproduce", "--preset", str(tmp_path / "tiny.yaml"),
                     "--results-dir", str(tmp_path / "out"))
     assert r.returncode == 0, r.stderr
     out = tmp_path / "out" / preset.experiment / report_dir(preset, "tasks")

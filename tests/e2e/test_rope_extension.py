@@ -31,7 +31,7 @@ def scaled(method: str, factor: float):
 
 
 # --- evaluation ---------------------------------------------------------------------------
-def test_eval_scores_every_variant_in_one_process_on_the_same_tokens(trained, posexp_here,
+def test_eval_scores_every_variant_in_one_process_on_the_same_tokens(trained, posexp,
                                                                      tmp_path, monkeypatch):
     done, trained_run = trained("rope")
     assert done.returncode == 0, done.stderr
@@ -39,7 +39,7 @@ def test_eval_scores_every_variant_in_one_process_on_the_same_tokens(trained, po
     loads = []
     load = Run.load_checkpoint
     monkeypatch.setattr(Run, "load_checkpoint", lambda self: loads.append(self) or load(self))
-    r = posexp_here("eval", str(run), "eval.rope_scaling=plain,linear,ntk,dynamic,yarn,llama3",
+    r = posexp("eval", str(run), "eval.rope_scaling=plain,linear,ntk,dynamic,yarn,llama3",
                     "eval.rope_scaling.factor=1,4")
     assert r.returncode == 0, r.stderr
     assert len(loads) == 1  # the model is loaded once for all eleven
@@ -71,12 +71,12 @@ def test_eval_scores_every_variant_in_one_process_on_the_same_tokens(trained, po
     # documents make spans of at most 20, which hold no whole window of 32 or 64
     assert [p["length"] for p in data["per_position"]] == [16]
     # the same command again replaces the points, never doubles them
-    assert posexp_here("eval", str(run), "eval.rope_scaling=yarn",
+    assert posexp("eval", str(run), "eval.rope_scaling=yarn",
                        "eval.rope_scaling.factor=4").returncode == 0
     assert len(read_json(run / "eval.json")["curve"]) == len(curve)
 
 
-def test_a_plain_point_scored_after_a_scaled_one_is_the_run_as_trained(trained, posexp_here,
+def test_a_plain_point_scored_after_a_scaled_one_is_the_run_as_trained(trained, posexp,
                                                                        tmp_path):
     """eval.rope_scaling=linear,plain scores PI first: the plain points after it are the
     run's own, as train scored them (they were PI's, labelled plain, before the fix)."""
@@ -84,7 +84,7 @@ def test_a_plain_point_scored_after_a_scaled_one_is_the_run_as_trained(trained, 
     assert done.returncode == 0, done.stderr
     run = copy_run(trained_run, tmp_path / "out")
     before = {p["length"]: p["block_loss"] for p in read_json(run / "eval.json")["curve"]}
-    r = posexp_here("eval", str(run), "eval.rope_scaling=linear,plain",
+    r = posexp("eval", str(run), "eval.rope_scaling=linear,plain",
                     "eval.rope_scaling.factor=4")
     assert r.returncode == 0, r.stderr
     by = {(point_scaling(p), p["length"]): p for p in read_json(run / "eval.json")["curve"]}
@@ -92,7 +92,7 @@ def test_a_plain_point_scored_after_a_scaled_one_is_the_run_as_trained(trained, 
     assert by[(scaled("linear", 4), 16)]["loss"] != by[(None, 16)]["loss"]
 
 
-def test_eval_json_without_scalings_reads_as_the_run_as_trained(trained, posexp_here,
+def test_eval_json_without_scalings_reads_as_the_run_as_trained(trained, posexp,
                                                                 tmp_path):
     _, trained_run = trained("rope")
     run = copy_run(trained_run, tmp_path / "out")
@@ -107,11 +107,11 @@ def test_eval_json_without_scalings_reads_as_the_run_as_trained(trained, posexp_
     assert sorted(result.points(NO, result.regions(NO)[0])) == list(LENGTHS)
     # posexp train of the same config finds every point it asks for: nothing is scored
     args = ["train", "encoding=rope", *TINY, "results_dir=out"]
-    r = posexp_here(*args)
+    r = posexp(*args)
     assert r.returncode == 0 and "skipped" in r.stderr, r.stderr
     assert (run / "eval.json").read_text() == before
     # with a scaling asked for, only its points are scored, beside the old ones
-    r = posexp_here(*args, "eval.rope_scaling=ntk", "eval.rope_scaling.factor=4")
+    r = posexp(*args, "eval.rope_scaling=ntk", "eval.rope_scaling.factor=4")
     assert r.returncode == 0, r.stderr
     assert f"scoring the 3 missing point(s) (NTK-aware {TIMES}4 at 16, 32, 64)" in r.stderr
     curve = read_json(run / "eval.json")["curve"]
@@ -124,11 +124,11 @@ FT = ["train.seq_len=32", "train.tokens=1024", "encoding.scaling=yarn",
       "encoding.scaling.factor=2"]
 
 
-def test_finetune_starts_from_the_parent_and_records_it(trained, posexp_here, tmp_path):
+def test_finetune_starts_from_the_parent_and_records_it(trained, posexp, tmp_path):
     _, trained_run = trained("rope")
     parent = copy_run(trained_run, tmp_path / "out")
     # a learning rate of 1e-12: the fine-tune's weights stay its parent's
-    r = posexp_here("finetune", str(parent), *FT, "train.lr=1e-12", "train.warmup_tokens=0")
+    r = posexp("finetune", str(parent), *FT, "train.lr=1e-12", "train.warmup_tokens=0")
     assert r.returncode == 0, r.stderr
     child = parent.with_name("rope-L16-s0-ft-L32-yarn2-1024tok")
     cfg = OmegaConf.load(child / "config.yaml")
@@ -145,19 +145,19 @@ def test_finetune_starts_from_the_parent_and_records_it(trained, posexp_here, tm
     for name, tensor in before.items():
         torch.testing.assert_close(after[name], tensor, rtol=0, atol=1e-6)
     # as trained, the fine-tune is its parent's weights scaled by YaRN x2 over L = 16
-    r = posexp_here("eval", str(parent), "eval.rope_scaling=yarn", "eval.rope_scaling.factor=2")
+    r = posexp("eval", str(parent), "eval.rope_scaling=yarn", "eval.rope_scaling.factor=2")
     assert r.returncode == 0, r.stderr
     parent_yarn = {p["length"]: p["loss"] for p in read_json(parent / "eval.json")["curve"]
                    if point_scaling(p) == scaled("yarn", 2)}
     child_plain = {p["length"]: p["loss"] for p in read_json(child / "eval.json")["curve"]}
     assert child_plain == pytest.approx(parent_yarn, rel=1e-4)
     # the same command finds it done; other settings under its name are another identity
-    r = posexp_here("finetune", str(parent), *FT, "train.lr=1e-12", "train.warmup_tokens=0")
+    r = posexp("finetune", str(parent), *FT, "train.lr=1e-12", "train.warmup_tokens=0")
     assert r.returncode == 0 and "skipped" in r.stderr, r.stderr
-    r = posexp_here("finetune", str(parent), *FT)
+    r = posexp("finetune", str(parent), *FT)
     assert_usage_error(r, "holds a run of another identity (train.lr: 1e-12 -> 0.002")
     # a fine-tune of a fine-tune keeps the root's length as L
-    r = posexp_here("finetune", str(child), "train.seq_len=64", "--cfg", "job")
+    r = posexp("finetune", str(child), "train.seq_len=64", "--cfg", "job")
     assert r.returncode == 0, r.stderr
     grandchild = OmegaConf.create(r.stdout)
     assert grandchild.run_name == "rope-L16-s0-ft-L32-yarn2-1024tok-ft-L64-yarn2"
@@ -169,7 +169,7 @@ def test_finetune_starts_from_the_parent_and_records_it(trained, posexp_here, tm
                       f"rope L=16 \u2192 ft L=32 YaRN {TIMES}2"]
 
 
-def test_finetune_refuses_what_it_cannot_continue(trained, posexp_here, tmp_path):
+def test_finetune_refuses_what_it_cannot_continue(trained, posexp, tmp_path):
     _, rope = trained("rope")
     _, learned = trained("learned")
 
@@ -179,54 +179,54 @@ def test_finetune_refuses_what_it_cannot_continue(trained, posexp_here, tmp_path
             (path / "run.json").write_text(json.dumps({**read_json(path / "run.json"), **info}))
         return path
 
-    assert_usage_error(posexp_here("finetune", str(tmp_path / "none"), *FT),
+    assert_usage_error(posexp("finetune", str(tmp_path / "none"), *FT),
                        "is not a directory")
     stopped = parent(rope, "stopped", status="interrupted")
-    assert_usage_error(posexp_here("finetune", str(stopped), *FT),
+    assert_usage_error(posexp("finetune", str(stopped), *FT),
                        f"has status 'interrupted'; only a completed run can be fine-tuned "
                        f"(posexp resume {stopped} finishes it)")
     changed = parent(rope, "changed", weights_sha256="0" * 64)
-    r = posexp_here("finetune", str(changed), *FT)
+    r = posexp("finetune", str(changed), *FT)
     assert r.returncode == 1 and "does not hold the weights" in r.stderr, r.stderr
     damaged = parent(rope, "damaged")
     (damaged / "checkpoint.pt").write_bytes(b"not a checkpoint")
-    r = posexp_here("finetune", str(damaged), *FT)
+    r = posexp("finetune", str(damaged), *FT)
     assert r.returncode == 1 and "it is not a torch checkpoint" in r.stderr, r.stderr
     table = parent(learned, "learned")
-    assert_usage_error(posexp_here("finetune", str(table), "train.seq_len=32"),
+    assert_usage_error(posexp("finetune", str(table), "train.seq_len=32"),
                        "encoding.max_positions (16) is less than train.seq_len (32): learned "
                        "has no position past its table, and a fine-tune keeps its parent's "
                        "table")
-    assert_usage_error(posexp_here("finetune", str(table), "encoding.scaling=linear",
+    assert_usage_error(posexp("finetune", str(table), "encoding.scaling=linear",
                                    "encoding.scaling.factor=2"),
                        "encoding.scaling needs encoding=rope")
-    assert_usage_error(posexp_here("eval", str(table), "eval.rope_scaling=ntk"),
+    assert_usage_error(posexp("eval", str(table), "eval.rope_scaling=ntk"),
                        "eval.rope_scaling=ntk needs encoding=rope")
-    assert_usage_error(posexp_here("finetune", str(table), "model.d_model=64"),
+    assert_usage_error(posexp("finetune", str(table), "model.d_model=64"),
                        "posexp finetune can change only train.*, eval.*, encoding.scaling")
     assert not list(tmp_path.rglob("*-ft*"))  # nothing was started
 
 
-def test_a_killed_finetune_resumes_to_the_weights_of_an_unbroken_one(trained, posexp_here,
+def test_a_killed_finetune_resumes_to_the_weights_of_an_unbroken_one(trained, posexp,
                                                                      cache_dir, tmp_path):
     _, rope = trained("rope")
     args = ["train.seq_len=32", "train.tokens=32768", "train.log_every=4",
             "train.checkpoint_every=1024", "encoding.scaling=linear", "encoding.scaling.factor=2"]
     unbroken = copy_run(rope, tmp_path / "a")
-    assert posexp_here("finetune", str(unbroken), *args).returncode == 0
+    assert posexp("finetune", str(unbroken), *args).returncode == 0
     parent = copy_run(rope, tmp_path / "b")
     child = parent.with_name("rope-L16-s0-ft-L32-linear2-32768tok")
     proc = start(cache_dir, tmp_path, "finetune", str(parent), *args)
     try:
         wait_for_step(proc, child, 40)
         # one writer: a second fine-tune of the same run is refused while the first runs
-        r = posexp_here("finetune", str(parent), *args)
+        r = posexp("finetune", str(parent), *args)
         assert r.returncode == 1 and f"is in use by pid {proc.pid}" in r.stderr, r.stderr
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     assert read_json(child / "run.json")["status"] == "running"  # killed: nothing more said
-    r = posexp_here("finetune", str(parent), *args)
+    r = posexp("finetune", str(parent), *args)
     assert r.returncode == 0, r.stderr
     assert "resuming from step" in r.stderr
     done = unbroken.with_name(child.name)

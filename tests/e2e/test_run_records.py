@@ -11,7 +11,7 @@ import shutil
 import pytest
 import torch
 
-import posexp
+import posexp as api
 from posexp import config as C
 from posexp.errors import PosexpError
 from tests.conftest import TINY, copy_run, in_process, read_json
@@ -54,42 +54,42 @@ def refused(r, needs: str) -> str:
     return lines[0].split("train them again with: ")[1]
 
 
-def test_readers_take_a_record_as_the_run_it_was(posexp_here, trained_run, record, tmp_path):
+def test_readers_take_a_record_as_the_run_it_was(posexp, trained_run, record, tmp_path):
     full = copy_run(trained_run, tmp_path / "full")
-    ls = posexp_here("ls", "out")
+    ls = posexp("ls", "out")
     assert ls.returncode == 0, ls.stderr
     line = next(x for x in ls.stdout.splitlines() if "rope-L16-s0" in x)
     assert "completed" in line and line.split("completed")[1] in \
-        posexp_here("ls", "full").stdout
-    cmp = posexp_here("compare", str(full), str(record))
+        posexp("ls", "full").stdout
+    cmp = posexp("compare", str(full), str(record))
     assert cmp.returncode == 0, cmp.stderr
     assert "1.000 [1.000, 1.000]" in cmp.stdout
-    rep = posexp_here("report", "out")
+    rep = posexp("report", "out")
     assert rep.returncode == 0, rep.stderr
     assert "1 completed runs, 0 not included" in rep.stdout
-    assert posexp.load_run(record).status == "completed"
-    assert [{k: v for k, v in row.items() if k != "run"} for row in posexp.curves(record)] \
-        == [{k: v for k, v in row.items() if k != "run"} for row in posexp.curves(full)]
+    assert api.load_run(record).status == "completed"
+    assert [{k: v for k, v in row.items() if k != "run"} for row in api.curves(record)] \
+        == [{k: v for k, v in row.items() if k != "run"} for row in api.curves(full)]
 
 
-def test_train_skips_a_complete_record_and_needs_weights_for_missing_points(posexp_here,
+def test_train_skips_a_complete_record_and_needs_weights_for_missing_points(posexp,
                                                                            record):
     before = files_of(record)
-    r = posexp_here("train", "encoding=rope", *TINY, "results_dir=out")
+    r = posexp("train", "encoding=rope", *TINY, "results_dir=out")
     assert r.returncode == 0, r.stderr
     assert "already completed" in r.stderr and "train length" in r.stdout
     assert files_of(record) == before  # no checkpoint, nothing rescored
     more = [a for a in TINY if not a.startswith("eval.lengths")] + ["eval.lengths=[16,32,64,128]"]
-    r = posexp_here("train", "encoding=rope", *more, "results_dir=out")
+    r = posexp("train", "encoding=rope", *more, "results_dir=out")
     refused(r, "scoring the 1 nonoverlapping point(s) at length 128 that eval.json lacks")
     assert files_of(record) == before
 
 
 @pytest.mark.parametrize("args", [("eval", "{run}"), ("resume", "{run}"),
                                   ("finetune", "{run}", "train.tokens=2048")])
-def test_what_needs_the_weights_refuses_a_record(posexp_here, record, args):
+def test_what_needs_the_weights_refuses_a_record(posexp, record, args):
     before = files_of(record)
-    r = posexp_here(*(a.format(run=record) for a in args))
+    r = posexp(*(a.format(run=record) for a in args))
     command = refused(r, f"posexp {args[0]}")
     assert command.startswith("posexp train encoding=rope ")
     assert command.endswith(" train.resume=false")
@@ -99,12 +99,12 @@ def test_what_needs_the_weights_refuses_a_record(posexp_here, record, args):
 def test_load_model_refuses_a_record(record):
     with pytest.raises(PosexpError, match=r"posexp\.load_model needs the trained weights; "
                                           "train them again with: posexp train"):
-        posexp.load_model(record)
+        api.load_model(record)
 
 
-def test_the_command_a_record_names_trains_the_same_weights(posexp_here, trained_run, record):
-    command = refused(posexp_here("eval", str(record)), "posexp eval")
-    r = posexp_here(*shlex.split(command)[1:])
+def test_the_command_a_record_names_trains_the_same_weights(posexp, trained_run, record):
+    command = refused(posexp("eval", str(record)), "posexp eval")
+    r = posexp(*shlex.split(command)[1:])
     assert r.returncode == 0, r.stderr
     assert read_json(record / "run.json")["weights_sha256"] == \
         read_json(trained_run / "run.json")["weights_sha256"]
@@ -113,21 +113,21 @@ def test_the_command_a_record_names_trains_the_same_weights(posexp_here, trained
     assert len(aside) == 1 and not (aside[0] / "checkpoint.pt").exists()
 
 
-def test_a_hand_edited_record_is_refused_as_a_run_is(posexp_here, record):
+def test_a_hand_edited_record_is_refused_as_a_run_is(posexp, record):
     config = record / "config.yaml"
     config.write_text(config.read_text().replace("base: 10000.0", "base: 3.0"))
-    for r in (posexp_here("eval", str(record)),
-              posexp_here("train", "encoding=rope", *TINY, "results_dir=out")):
+    for r in (posexp("eval", str(record)),
+              posexp("train", "encoding=rope", *TINY, "results_dir=out")):
         assert r.returncode == 1 and "it was edited after the run started" in r.stderr
         assert len(r.stderr.strip().splitlines()) == 1
-    assert "damaged" in posexp_here("ls", "out").stdout
+    assert "damaged" in posexp("ls", "out").stdout
 
 
-def test_a_damaged_eval_json_of_a_record_is_kept_not_set_aside(posexp_here, record):
+def test_a_damaged_eval_json_of_a_record_is_kept_not_set_aside(posexp, record):
     data = read_json(record / "eval.json")
     data["curve"][0]["ppl"] = -1.0
     (record / "eval.json").write_text(json.dumps(data))
-    r = posexp_here("train", "encoding=rope", *TINY, "results_dir=out")
+    r = posexp("train", "encoding=rope", *TINY, "results_dir=out")
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "eval.json was edited after posexp wrote it" in r.stderr, r.stderr
     assert "restore its eval.json" in r.stderr
@@ -135,19 +135,19 @@ def test_a_damaged_eval_json_of_a_record_is_kept_not_set_aside(posexp_here, reco
     assert not list(record.glob("eval.json.*"))
 
 
-def test_a_record_beside_another_runs_checkpoint_is_refused(posexp_here, trained_run, record):
+def test_a_record_beside_another_runs_checkpoint_is_refused(posexp, trained_run, record):
     state = torch.load(trained_run / "checkpoint.pt", weights_only=True)
     name = next(iter(state["model"]))
     state["model"][name] = state["model"][name] + 1  # the weights of another run
     torch.save(state, record / "checkpoint.pt")
-    r = posexp_here("eval", str(record))
+    r = posexp("eval", str(record))
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "does not hold the weights" in r.stderr
     with pytest.raises(PosexpError, match="does not hold the weights"):
-        posexp.load_model(record)
+        api.load_model(record)
 
 
-def test_reproduce_judges_records_without_training(posexp_here, tmp_path):
+def test_reproduce_judges_records_without_training(posexp, tmp_path):
     preset = tmp_path / "tiny-rope.yaml"
     preset.write_text(json.dumps({
         "claims": "rope-scaling", "experiment": "claims", "train_seq_len": 16, "seeds": [0],
@@ -162,7 +162,7 @@ def test_reproduce_judges_records_without_training(posexp_here, tmp_path):
             name: {"margin": m, "reason": "tiny"} for name, m in (
                 ("better", 0.0), ("pi_cost", 0.05), ("finetune_gap", 0.05), ("tie", 0.02))}}}))
     args = ("reproduce", "--preset", str(preset), "--results-dir", "out")
-    r = posexp_here(*args)
+    r = posexp(*args)
     assert r.returncode == 0, r.stderr
     root = tmp_path / "out" / "claims"
     verdicts = read_json(root / "report" / "verdicts.json")["verdicts"]
@@ -171,25 +171,25 @@ def test_reproduce_judges_records_without_training(posexp_here, tmp_path):
     for c in checkpoints:
         c.unlink()
     shutil.rmtree(root / "report")
-    r = posexp_here(*args)
+    r = posexp(*args)
     assert r.returncode == 0, r.stderr
     assert r.stderr.count("already completed") == 2
     assert not list(root.glob("*/checkpoint.pt"))
     assert read_json(root / "report" / "verdicts.json")["verdicts"] == verdicts
 
 
-def test_a_fine_tune_record_names_the_fine_tune_that_trains_it_again(posexp_here, trained_run,
+def test_a_fine_tune_record_names_the_fine_tune_that_trains_it_again(posexp, trained_run,
                                                                      tmp_path):
     parent = copy_run(trained_run, tmp_path / "out")
-    r = posexp_here("finetune", str(parent), "train.seq_len=32", "train.tokens=2048",
+    r = posexp("finetune", str(parent), "train.seq_len=32", "train.tokens=2048",
                     "encoding.scaling=yarn", "encoding.scaling.factor=2")
     assert r.returncode == 0, r.stderr
     tune = parent.with_name("rope-L16-s0-ft-L32-yarn2-2048tok")
     weights = read_json(tune / "run.json")["weights_sha256"]
     (tune / "checkpoint.pt").unlink()
-    command = refused(posexp_here("eval", str(tune)), "posexp eval")
+    command = refused(posexp("eval", str(tune)), "posexp eval")
     assert command.startswith(f"posexp finetune {parent} ")
     assert "encoding.scaling.method=yarn" in command and "beta_fast" not in command
-    r = posexp_here(*shlex.split(command)[1:])
+    r = posexp(*shlex.split(command)[1:])
     assert r.returncode == 0, r.stderr
     assert read_json(tune / "run.json")["weights_sha256"] == weights

@@ -39,7 +39,7 @@ def basic_sweep(cache_dir, tmp_path_factory):
     return r, cwd / "out" / "basic"
 
 
-def test_sweep_basic_launcher_then_resume_then_report(posexp, posexp_here, basic_sweep,
+def test_sweep_basic_launcher_then_resume_then_report(posexp_process, posexp, basic_sweep,
                                                       tmp_path):
     r, swept = basic_sweep
     assert r.returncode == 0, r.stderr
@@ -55,20 +55,20 @@ def test_sweep_basic_launcher_then_resume_then_report(posexp, posexp_here, basic
 
     # a finished sweep re-runs no training
     stamps = {n: (root / n / "checkpoint.pt").stat().st_mtime_ns for n in RUNS}
-    r = posexp_here("sweep", *GRID, "experiment=basic")
+    r = posexp("sweep", *GRID, "experiment=basic")
     assert r.returncode == 0, r.stderr
     assert r.stderr.count("already completed") == 4 and r.stderr.count("skipped") == 4
     assert stamps == {n: (root / n / "checkpoint.pt").stat().st_mtime_ns for n in RUNS}
 
     # another identity in the same directories: refused before any job starts
-    r = posexp_here("sweep", *GRID, "experiment=basic", "train.lr=0.001")
+    r = posexp("sweep", *GRID, "experiment=basic", "train.lr=0.001")
     assert r.returncode == 2 and "holds a run of another identity (train.lr: 0.002 -> 0.001)" \
         in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert stamps == {n: (root / n / "checkpoint.pt").stat().st_mtime_ns for n in RUNS}
 
     # report: figures and tables from run.json / eval.json; a damaged run is named and skipped
     (root / "rope-L32-s0" / "eval.json").write_text('{"curve": [')
-    r = posexp_here("report", "out")
+    r = posexp("report", "out")
     assert r.returncode == 0, r.stderr
     assert "rope-L32-s0/eval.json" in r.stderr and r.stderr.count("warning") == 1
     report = tmp_path / "out" / "report"
@@ -85,7 +85,9 @@ def test_sweep_basic_launcher_then_resume_then_report(posexp, posexp_here, basic
     assert "Runs not included" in md and "rope-L32-s0" in md and "eval.json is unreadable" in md
 
     # the report uploaded to W&B (offline here): figures and the tidy table
-    r = posexp("report", "out", "--wandb", env={"WANDB_MODE": "offline", "WANDB_SILENT": "true"})
+    # W&B's service is a process of its own: through the real script
+    r = posexp_process("report", "out", "--wandb",
+                       env={"WANDB_MODE": "offline", "WANDB_SILENT": "true"})
     assert r.returncode == 0, r.stderr
     [offline] = (report / "wandb").glob("offline-run-*")
     images = {p.name.split("_")[0] for p in offline.glob("files/media/images/*.png")}
@@ -95,10 +97,10 @@ def test_sweep_basic_launcher_then_resume_then_report(posexp, posexp_here, basic
 
     # a damaged run.json is named and never overwritten; train.resume=false moves it aside
     (root / "alibi-L16-s0" / "run.json").write_text('{"status": "compl')
-    r = posexp_here("sweep", *GRID, "experiment=basic")
+    r = posexp("sweep", *GRID, "experiment=basic")
     assert r.returncode == 1 and "alibi-L16-s0/run.json is unreadable" in r.stderr
     assert "train.resume=false" in r.stderr and len(r.stderr.strip().splitlines()) == 1
-    r = posexp_here("train", "encoding=alibi", "train.seq_len=16", *GRID[2:],
+    r = posexp("train", "encoding=alibi", "train.seq_len=16", *GRID[2:],
                     "experiment=basic", "train.resume=false")
     assert r.returncode == 0, r.stderr
     assert read_json(root / "alibi-L16-s0" / "run.json")["status"] == "completed"
@@ -121,15 +123,15 @@ def test_parallel_launchers_give_the_same_numbers(posexp, basic_sweep, tmp_path,
     assert all(par[n] == pytest.approx(seq[n], rel=1e-5) for n in par)
 
 
-def test_a_failing_run_does_not_stop_the_sweep(posexp_here, tmp_path):
+def test_a_failing_run_does_not_stop_the_sweep(posexp, tmp_path):
     lines = (f"line {i} of a small text\n" for i in range(3000))
     (tmp_path / "corpus.txt").write_text("".join(lines))
-    r = posexp_here("sweep", "encoding=nope", "data=text",
+    r = posexp("sweep", "encoding=nope", "data=text",
                     f"data.path={tmp_path / 'corpus.txt'},{tmp_path / 'missing.txt'}",
                     "run_name=${data.path}", *TINY, "results_dir=out")
     # run_name from a path is refused up front, before anything runs
     assert r.returncode == 2 and "run_name must be a plain directory name" in r.stderr
-    r = posexp_here("sweep", "encoding=nope,alibi", "data=text",
+    r = posexp("sweep", "encoding=nope,alibi", "data=text",
                     f"data.path={tmp_path}/missing.txt", *TINY, "results_dir=out")
     assert r.returncode == 1
     assert r.stderr.count("failed: data.path") == 2
@@ -137,11 +139,11 @@ def test_a_failing_run_does_not_stop_the_sweep(posexp_here, tmp_path):
     assert "not started" in (tmp_path / "out" / "default" / "summary.md").read_text()
 
 
-def test_the_sweep_presets_sweep_every_registered_encoding(posexp_here, tmp_path):
+def test_the_sweep_presets_sweep_every_registered_encoding(posexp, tmp_path):
     from posexp.encodings import ENCODINGS
 
     def jobs(*args: str) -> list[str]:
-        r = posexp_here("sweep", *args, "--cfg", "job")
+        r = posexp("sweep", *args, "--cfg", "job")
         assert r.returncode == 0, r.stderr
         return [line.split(": ", 1)[1] for line in r.stdout.splitlines()
                 if line.startswith("# job ")]
@@ -160,23 +162,23 @@ def test_the_sweep_presets_sweep_every_registered_encoding(posexp_here, tmp_path
     (["seed=glob(*)"], "seed=glob(*): glob() chooses among a config group's options, and seed "
                        "is not a config group"),
 ])
-def test_a_glob_that_picks_nothing_is_refused(posexp_here, tmp_path, args, message):
-    r = posexp_here("sweep", *args, *TINY, "results_dir=out")
+def test_a_glob_that_picks_nothing_is_refused(posexp, tmp_path, args, message):
+    r = posexp("sweep", *args, *TINY, "results_dir=out")
     assert r.returncode == 2 and message in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
 
 
-def test_sweep_rejects_a_bad_value_before_running(posexp_here, tmp_path):
-    r = posexp_here("sweep", "encoding=alibi,rpoe", *TINY, "results_dir=out")
+def test_sweep_rejects_a_bad_value_before_running(posexp, tmp_path):
+    r = posexp("sweep", "encoding=alibi,rpoe", *TINY, "results_dir=out")
     assert r.returncode == 2 and "there is no encoding 'rpoe'" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
 
 
-def test_wandb_offline_logs_the_extrapolation_table(posexp, tmp_path):
-    r = posexp("train", "encoding=alibi", *TINY, "results_dir=out", "logger=wandb",
-               "logger.mode=offline", "logger.tags=[ci]", env={"WANDB_SILENT": "true"})
+def test_wandb_offline_logs_the_extrapolation_table(posexp_process, tmp_path):
+    r = posexp_process("train", "encoding=alibi", *TINY, "results_dir=out", "logger=wandb",
+                       "logger.mode=offline", "logger.tags=[ci]", env={"WANDB_SILENT": "true"})
     assert r.returncode == 0, r.stderr
     run = tmp_path / "out" / "default" / "alibi-L16-s0"
     assert read_json(run / "run.json")["status"] == "completed"
@@ -191,11 +193,11 @@ def test_wandb_offline_logs_the_extrapolation_table(posexp, tmp_path):
     assert list((run / "wandb").glob(f"{media}/per_position_*.table.json"))
 
 
-def test_wandb_failure_is_a_warning_and_the_run_completes(posexp, tmp_path):
+def test_wandb_failure_is_a_warning_and_the_run_completes(posexp_process, tmp_path):
     # online mode with no key and no network: W&B cannot start; the run must not be lost
-    r = posexp("train", "encoding=nope", *TINY, "results_dir=out", "logger=wandb",
-               "logger.init_timeout=5",
-               env={"WANDB_API_KEY": "", "WANDB_MODE": "online", "HOME": str(tmp_path),
+    r = posexp_process("train", "encoding=nope", *TINY, "results_dir=out", "logger=wandb",
+                       "logger.init_timeout=5",
+                       env={"WANDB_API_KEY": "", "WANDB_MODE": "online", "HOME": str(tmp_path),
                     "WANDB_BASE_URL": "http://127.0.0.1:9"})
     assert r.returncode == 0, r.stderr
     assert "posexp: warning: W&B" in r.stderr
@@ -220,11 +222,11 @@ def write_preset(path, runs):
     return path
 
 
-def test_reproduce_prints_verdicts(posexp_here, tmp_path):
+def test_reproduce_prints_verdicts(posexp, tmp_path):
     preset = write_preset(tmp_path / "tiny.yaml", [
         ["encoding=sinusoidal"], ["encoding=rope"], ["encoding=alibi"], ["encoding=learned"],
         ["encoding=nope"], ["encoding=sinusoidal", "train.seq_len=32"]])
-    r = posexp_here("reproduce", "--preset", str(preset), "--results-dir", "out")
+    r = posexp("reproduce", "--preset", str(preset), "--results-dir", "out")
     assert r.returncode == 0, r.stderr
     out = tmp_path / "out" / "claims" / "report"
     verdicts = read_json(out / "verdicts.json")["verdicts"]
@@ -240,16 +242,16 @@ def test_reproduce_prints_verdicts(posexp_here, tmp_path):
     assert "(here at 32, 64, 128, 256)" in (out / "verdicts.md").read_text()
     assert (out / "extrapolation_sliding.png").exists()
     # run again: nothing is retrained
-    r = posexp_here("reproduce", "--preset", str(preset), "--results-dir", "out")
+    r = posexp("reproduce", "--preset", str(preset), "--results-dir", "out")
     assert r.returncode == 0 and r.stderr.count("skipped") == 12  # both modes of 6 runs
     assert "parameters" not in r.stderr  # nothing trained
 
 
-def test_reproduce_finishes_every_run_and_fails_at_the_end(posexp_here, tmp_path):
+def test_reproduce_finishes_every_run_and_fails_at_the_end(posexp, tmp_path):
     preset = write_preset(tmp_path / "broken.yaml", [
         ["encoding=sinusoidal", "data=text", f"data.path={tmp_path}/missing.txt"],
         ["encoding=alibi"]])
-    r = posexp_here("reproduce", "--preset", str(preset), "--results-dir", "out")
+    r = posexp("reproduce", "--preset", str(preset), "--results-dir", "out")
     assert r.returncode == 1
     assert "posexp reproduce: claims/sinusoidal-L16-s0: failed: data.path" in r.stderr
     assert r.stderr.strip().splitlines()[-1] == (
@@ -261,7 +263,7 @@ def test_reproduce_finishes_every_run_and_fails_at_the_end(posexp_here, tmp_path
     assert verdicts["1."] == verdicts["7."] == "not measured"  # sinusoidal's claims
 
 
-def test_reproduce_unknown_preset(posexp_here):
-    r = posexp_here("reproduce", "--preset", "tpu")
+def test_reproduce_unknown_preset(posexp):
+    r = posexp("reproduce", "--preset", "tpu")
     presets = sorted(p.stem for p in (Path(CONFIG_DIR) / "reproduce").glob("*.yaml"))
     assert r.returncode == 2 and f"available: {', '.join(presets)}" in r.stderr

@@ -4,9 +4,10 @@ import re
 from tests.conftest import TINY
 
 
-def test_joblib_sweep_prints_whole_named_lines(posexp):
-    r = posexp("sweep", "encoding=alibi,nope", *TINY, "eval.lengths=[16,32]",
-               "results_dir=out", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2")
+def test_joblib_sweep_prints_whole_named_lines(posexp_process):
+    # joblib's jobs are processes of their own, writing to the command's own stdout/stderr
+    r = posexp_process("sweep", "encoding=alibi,nope", *TINY, "eval.lengths=[16,32]",
+                       "results_dir=out", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2")
     assert r.returncode == 0, r.stderr
     for name in ("alibi-L16-s0", "nope-L16-s0"):
         # each job's lines: its header on stderr, its curve on stdout, all named

@@ -7,8 +7,8 @@ Marked slow as every test under tests/e2e is."""
 from tests.conftest import read_json
 
 
-def test_a_tiny_copy_run_with_the_recipe_solves_copy_at_n_max(posexp_here, tmp_path):
-    r = posexp_here("train", "sweep=task-recipe", "data=task", "task=copy", "encoding=rope",
+def test_a_tiny_copy_run_with_the_recipe_solves_copy_at_n_max(posexp, tmp_path):
+    r = posexp("train", "sweep=task-recipe", "data=task", "task=copy", "encoding=rope",
                     "model.n_layer=2", "train.batch_tokens=512", "train.tokens=1000000",
                     "train.lr=0.003", "task.eval_count=200", "eval.task_lengths=[15]",
                     "device=cpu", "results_dir=out")

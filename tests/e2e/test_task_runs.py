@@ -204,34 +204,34 @@ def test_a_damaged_task_point_makes_the_run_damaged(task_runs, tmp_path):
     (["data=task", "task.eval_count=5"],
      "task.eval_count is set, but no task is chosen: add data=task task=NAME"),
 ])
-def test_a_bad_task_config_is_one_line(posexp_here, args, message):
-    assert_usage_error(posexp_here("train", *args, "device=cpu"), message)
+def test_a_bad_task_config_is_one_line(posexp, args, message):
+    assert_usage_error(posexp("train", *args, "device=cpu"), message)
 
 
-def test_posexp_eval_refuses_task_settings_on_a_corpus_run(tmp_path, posexp_here):
+def test_posexp_eval_refuses_task_settings_on_a_corpus_run(tmp_path, posexp):
     path = tmp_path / "run"  # what posexp eval reads before it refuses: the saved config
     path.mkdir()
     (path / "config.yaml").write_text(OmegaConf.to_yaml(compose(["device=cpu"])))
     (path / "run.json").write_text('{"status": "completed"}')
     (path / "checkpoint.pt").write_bytes(b"")
-    assert_usage_error(posexp_here("eval", str(path), "task.eval_count=5"),
+    assert_usage_error(posexp("eval", str(path), "task.eval_count=5"),
                        "task.eval_count: this run has no task; it trains on data=stdlib")
-    assert_usage_error(posexp_here("eval", str(path), "eval.task_lengths=[4]"),
+    assert_usage_error(posexp("eval", str(path), "eval.task_lengths=[4]"),
                        "eval.task_lengths is set, but this run is not a task run")
 
 
-def test_posexp_eval_refuses_corpus_settings_on_a_task_run(task_runs, tmp_path, posexp_here):
+def test_posexp_eval_refuses_corpus_settings_on_a_task_run(task_runs, tmp_path, posexp):
     _, trained = task_runs("copy")
     path = copy_run(trained, tmp_path / "out")
     before = (path / "eval.json").read_text()
-    assert_usage_error(posexp_here("eval", str(path), "eval.lengths=[64]"),
+    assert_usage_error(posexp("eval", str(path), "eval.lengths=[64]"),
                        "eval.lengths sets how a corpus run's windows are scored; this run "
                        "trains on a task (data=task): its lengths are eval.task_lengths")
     assert (path / "eval.json").read_text() == before
 
 
-def test_the_task_group_is_listed_in_train_help(posexp_here):
-    r = posexp_here("train", "--help")
+def test_the_task_group_is_listed_in_train_help(posexp):
+    r = posexp("train", "--help")
     assert r.returncode == 0
     # every registered task, wrapped at 100 columns under the group's name
     tasks = sorted(p.stem for p in (Path(C.CONFIG_DIR) / "task").glob("*.yaml"))

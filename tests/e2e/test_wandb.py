@@ -13,15 +13,15 @@ pytest.importorskip("wandb")
 from tests.unit.test_wandb import clean_env, offline_run, records  # noqa: F401
 
 
-def test_report_wandb_writes_beside_the_report_quietly(posexp, tmp_path):
+def test_report_wandb_writes_beside_the_report_quietly(posexp_process, tmp_path):
     for encoding in ("alibi", "rope"):
         curve = [curve_point("nonoverlapping", L, losses(1.5, seed=L)) for L in (16, 32)]
         write_run(tmp_path / "out" / "exp" / f"{encoding}-L16-s0", [f"encoding={encoding}"],
                   curve)
     here = tmp_path / "here"
     here.mkdir()
-    r = posexp("report", "../out", "--wandb", cwd=here,
-               env=clean_env(tmp_path, WANDB_MODE="offline"))
+    r = posexp_process("report", "../out", "--wandb", cwd=here,
+                       env=clean_env(tmp_path, WANDB_MODE="offline"))
     assert r.returncode == 0, r.stderr
     assert list(here.iterdir()) == []  # no ./wandb
     offline, record, _ = offline_run(tmp_path / "out" / "report")
@@ -36,16 +36,17 @@ def test_report_wandb_writes_beside_the_report_quietly(posexp, tmp_path):
         f"posexp: W&B run saved offline in ../out/report/wandb/{offline.name}; upload it "
         f"with: wandb sync ../out/report/wandb/{offline.name}"]
     # WANDB_DIR moves them
-    r = posexp("report", "../out", "--wandb", cwd=here,
-               env=clean_env(tmp_path, WANDB_MODE="offline", WANDB_DIR=str(tmp_path / "wd")))
+    r = posexp_process("report", "../out", "--wandb", cwd=here,
+                       env=clean_env(tmp_path, WANDB_MODE="offline",
+                                     WANDB_DIR=str(tmp_path / "wd")))
     assert r.returncode == 0, r.stderr
     assert offline_run(tmp_path / "wd")[1].display_name == "report"
     assert list(here.iterdir()) == []
 
 
-def test_train_with_only_wandb_mode_offline_set(posexp, tmp_path):
-    r = posexp("train", "encoding=alibi", *TINY, "results_dir=out", "logger=wandb",
-               env=clean_env(tmp_path, WANDB_MODE="offline"))
+def test_train_with_only_wandb_mode_offline_set(posexp_process, tmp_path):
+    r = posexp_process("train", "encoding=alibi", *TINY, "results_dir=out", "logger=wandb",
+                       env=clean_env(tmp_path, WANDB_MODE="offline"))
     assert r.returncode == 0, r.stderr
     run = tmp_path / "out" / "default" / "alibi-L16-s0"
     offline, record, history = offline_run(run)
