@@ -81,6 +81,12 @@ def test_hparams_reach_the_module():
     ("fire", {"init_L": float("nan")}, "encoding.hparams.init_L must be positive, got nan"),
     ("xpos", {"gamma": "big"}, "encoding.hparams.gamma must be a number, got 'big'"),
     ("xpos", {"scale_base": -1}, "encoding.hparams.scale_base must be positive"),
+    ("partial_rope", {"fraction": 1.5}, "encoding.hparams.fraction must be in [0, 1], got 1.5"),
+    ("partial_rope", {"fraction": -0.1}, "encoding.hparams.fraction must be in [0, 1]"),
+    ("partial_rope", {"fraction": float("nan")}, "encoding.hparams.fraction must be in [0, 1]"),
+    ("partial_rope", {"keep": "lowest"},
+     "encoding.hparams.keep must be highest or first, got 'lowest'"),
+    ("partial_rope", {"base": 10.0}, "partial_rope's base is encoding.base, not"),
 ])
 def test_bad_hparams_are_refused(name, hparams, message):
     with pytest.raises(ValueError) as e:
