@@ -5,6 +5,7 @@ import pytest
 from tests.conftest import TINY, assert_usage_error, read_json
 from tests.corpora import write_words
 
+# read when huggingface_hub and datasets are imported: these tests take a process of their own
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 
 
@@ -32,7 +33,7 @@ def test_train_on_local_text_with_bpe(posexp, tmp_path):
     assert "bits/byte" in r.stdout
 
 
-def test_hub_dataset_from_a_local_copy_works_offline(posexp, tmp_path):
+def test_hub_dataset_from_a_local_copy_works_offline(posexp_process, tmp_path):
     """`data=hf` with a dataset directory (what a hub download holds), no network at all."""
     import datasets
 
@@ -41,24 +42,26 @@ def test_hub_dataset_from_a_local_copy_works_offline(posexp, tmp_path):
         datasets.Dataset.from_dict({"text": part, "n": list(range(len(part)))}).to_parquet(
             str(tmp_path / "ds" / "data" / f"{split}-00000-of-00001.parquet"))
     env = {**OFFLINE, "HF_HOME": str(tmp_path / "hf")}
-    r = posexp("train", "data=hf", f"data.hf_name={tmp_path / 'ds'}", "data.join_rows=true",
-               *TINY, "results_dir=out", env=env)
+    r = posexp_process("train", "data=hf", f"data.hf_name={tmp_path / 'ds'}",
+                       "data.join_rows=true", *TINY, "results_dir=out", env=env)
     assert r.returncode == 0, r.stderr
     c = read_json(tmp_path / "out/default/rope-L16-s0/run.json")["corpus"]
     assert c["name"] == "hf" and c["documents"] == {"train": 1, "val": 1}
     assert c["val_tokens"] == len("".join(lines[-600:]).encode())
 
-    r = posexp("train", "data=hf", f"data.hf_name={tmp_path / 'ds'}", "data.text_column=body",
-               *TINY, "results_dir=out", "experiment=other", env=env)
+    r = posexp_process("train", "data=hf", f"data.hf_name={tmp_path / 'ds'}",
+                       "data.text_column=body", *TINY, "results_dir=out", "experiment=other",
+                       env=env)
     assert r.returncode == 2 and "data.text_column='body' is not a column" in r.stderr
     assert "its columns: text, n" in r.stderr
 
 
 @pytest.mark.parametrize("corpus,dataset", [("wikitext103", "Salesforce/wikitext"),
                                             ("pg19", "emozilla/pg19")])
-def test_hub_corpus_offline_without_a_copy_is_one_line(posexp, tmp_path, corpus, dataset):
+def test_hub_corpus_offline_without_a_copy_is_one_line(posexp_process, tmp_path, corpus,
+                                                      dataset):
     env = {**OFFLINE, "HF_HOME": str(tmp_path / "empty-hf-home")}
-    r = posexp("train", f"data={corpus}", *TINY, "results_dir=out", env=env)
+    r = posexp_process("train", f"data={corpus}", *TINY, "results_dir=out", env=env)
     assert r.returncode == 1, (r.stdout, r.stderr)
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
