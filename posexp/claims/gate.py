@@ -86,23 +86,33 @@ def arm_text(need) -> str:
                    fine_tune=None).text
 
 
-def gate_note(runs: list[RunResult], preset: DictConfig) -> str | None:
+def gate_note(budgets: list[tuple[str, list[RunResult]]], preset: DictConfig) -> str | None:
     """The gate's section of verdicts.md: the bar, and each arm's bits per byte at L per
-    seed, its weakest and whether it passes; None for a preset without a bar."""
+    seed, its weakest and whether it passes, in a table for each training budget
+    (``budgets``: (its name, its runs), the main one first; one unnamed for a preset without
+    budgets); None for a preset without a bar."""
     bar = Bar.of(preset.thresholds)
     if bar is None:
         return None
-    series = build_series(runs)[0]
-    models = models_of(series)
-    arms = [s for s in series if s.mode == NONOVERLAPPING and s.scaling is None
-            and s.fine_tune is None]  # a fine-tune is its parent's arm
     lines = ["## The learning gate", "",
              f"A claim about behaviour past L is judged only on arms whose bits per byte at L "
              f"(nonoverlapping, as trained) at their weakest seed lie below "
              f"{COMPRESSORS[bar.compressor]}'s on the same scored text ({bar.reason}). A "
              "claim about quality at L is judged on every arm. A fine-tune is gated by its "
-             "parent.", "",
-             "| arm | bits per byte at L, by seed | weakest | bar | learned |",
+             "parent."]
+    for name, runs in budgets:
+        lines += ["", *([f"{name}:", ""] if name else []), *gate_table(bar, runs)]
+    return "\n".join(lines)
+
+
+def gate_table(bar: Bar, runs: list[RunResult]) -> list[str]:
+    series = build_series(runs)[0]
+    models = models_of(series)
+    arms = [s for s in series if s.mode == NONOVERLAPPING and s.scaling is None
+            and s.fine_tune is None]  # a fine-tune is its parent's arm
+    if not arms:
+        return ["No arm of this budget is recorded yet."]
+    lines = ["| arm | bits per byte at L, by seed | weakest | bar | learned |",
              "|---|---|---:|---:|---|"]
     for s in sorted(arms, key=lambda s: s.label):
         limit = bar.value(s.members, s.region)
@@ -114,7 +124,7 @@ def gate_note(runs: list[RunResult], preset: DictConfig) -> str | None:
         passed = ("—" if worst is None or limit is None or len(read) < len(values)
                   else "yes" if worst < limit else "**no**")
         lines.append(f"| {s.label} | {by_seed} | {_num(worst)} | {_num(limit)} | {passed} |")
-    return "\n".join(lines)
+    return lines
 
 
 def _num(value: float | None) -> str:

@@ -233,9 +233,13 @@ def write_budget_reports(runs: list[RunResult], not_done: list[RunResult], out: 
     for tokens in [main, *budgets(preset)]:
         here = at_budget(runs, tokens, main)
         pending = [r for r in not_done if tokens_of.get(r.path, main) == tokens]
+        folder = out if tokens == main else out / f"tokens-{tokens_text(tokens)}"
+        # the figures are drawn again from these runs alone: none of other runs stays (the
+        # main budget's, before its runs are recorded, would show the budget it was before)
+        for old in (*folder.glob("*.png"), *folder.glob("*.svg")):
+            old.unlink()
         if here or pending:
-            write_report(here, pending, out if tokens == main else
-                         out / f"tokens-{tokens_text(tokens)}",
+            write_report(here, pending, folder,
                          f"posexp reproduce --preset {name}" + (
                              "" if tokens == main else f" ({tokens_text(tokens)}-token budget)"),
                          task_metrics=judged_metrics(preset))
@@ -282,7 +286,10 @@ def write_verdicts(out: Path, name: str, preset: DictConfig, claim_set: ClaimSet
     for title, section in sections:
         by_section.append((title, rows[start:start + len(section)]))
         start += len(section)
-    notes = [gate_note(at_budget(runs, main, main) if main is not None else runs, preset),
+    tables = ([("", runs)] if main is None or not budgets(preset) else
+              [(f"At {tokens_text(t)} tokens{' (the main budget)' if t == main else ''}",
+                at_budget(runs, t, main)) for t in [main, *budgets(preset)]])
+    notes = [gate_note(tables, preset),
              claim_set.note(runs, preset) if claim_set.note else None]
     note = "\n\n".join(n for n in notes if n) or None
     atomic_write_text(out / "verdicts.md", verdicts_markdown(

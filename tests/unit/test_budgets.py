@@ -119,6 +119,23 @@ def test_the_budget_runs_train_at_the_budget_seeds_and_the_main_runs_at_the_seed
         preset_seeds(OmegaConf.merge(preset, {"budget_seeds": [1, 1]}), "cpu", "budget_seeds")
 
 
+def test_a_main_budget_not_recorded_yet_keeps_no_figure_of_another(tmp_path, main_tokens):
+    """Its figures before the runs are recorded would show the budget the preset had before
+    (the cpu suite's 4M, when it moved to 16M): they go, and the other budget's are drawn."""
+    preset = OmegaConf.merge(PRESET, {"budgets": [HALF]})
+    runs_at(tmp_path / "exp", HALF)
+    runs, _ = split_runs(load_runs(tmp_path / "exp")[0])
+    out = tmp_path / "exp" / "report"
+    out.mkdir()
+    (out / "extrapolation_nonoverlapping.png").write_bytes(b"the old main budget's")
+    (out / "choice.md").write_text("a rate's choice stays")
+    missing = tmp_path / "exp" / "rope-L16-s1"
+    write_budget_reports(runs, [load_run(missing)], out, "p", preset, main_tokens,
+                         {r.path: HALF for r in runs} | {missing: main_tokens})
+    assert not list(out.glob("*.png")) and (out / "choice.md").is_file()
+    assert (out / f"tokens-{tokens_text(HALF)}" / "extrapolation_nonoverlapping.png").is_file()
+
+
 @pytest.mark.parametrize("bad", [0, -5, 1.5, "2M", True])
 def test_a_budget_that_is_not_a_positive_token_count_is_refused(tmp_path, bad):
     import yaml

@@ -79,7 +79,7 @@ def test_a_bar_not_recorded_for_the_text_leaves_the_claim_unmeasured(tmp_path):
 
 def test_verdicts_md_prints_the_bar_and_every_arms_value(tmp_path):
     claim_runs(tmp_path)
-    note = gate_note(with_bytes(tmp_path), gated())
+    note = gate_note([("", with_bytes(tmp_path))], gated())
     rows = {line.split(" | ")[0].strip("| "): line for line in note.splitlines()
             if line.startswith("| ") and "bits per byte" not in line}
     nope = next(line for name, line in rows.items() if name.startswith("nope"))
@@ -87,7 +87,12 @@ def test_verdicts_md_prints_the_bar_and_every_arms_value(tmp_path):
     rope = next(line for name, line in rows.items() if name.startswith("rope"))
     assert rope.endswith("| yes |")
     assert "worse than zlib is not learned" in note
-    assert gate_note([], PRESET) is None  # no bar, no section
+    assert gate_note([("", [])], PRESET) is None  # no bar, no section
+    # one table a budget, named, the main one first; a budget with no runs says so
+    by_budget = gate_note([("At 16M tokens (the main budget)", []),
+                           ("At 4M tokens", with_bytes(tmp_path))], gated())
+    assert "At 16M tokens (the main budget):\n\nNo arm of this budget is recorded yet." in by_budget
+    assert by_budget.index("At 4M tokens:") < by_budget.index("| nope L=16 |")
 
 
 @pytest.mark.parametrize("bar, refusal", [
