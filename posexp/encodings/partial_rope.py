@@ -85,7 +85,7 @@ class PartialRopeConfig:
 
 
 register(EncodingSpec(
-    name="partial_rope", label="partial RoPE", order=10, colour="#117733",
+    name="partial_rope", label="partial RoPE", order=10, colour="#DDCC77",
     module=PartialRotary, config=PartialRopeConfig,
     citation="Barbero et al., ICLR 2025, 'Round and Round We Go! What makes Rotary "
              "Positional Encodings useful?' (arXiv:2410.06205); the first-dimensions variant: "
