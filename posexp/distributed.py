@@ -37,11 +37,6 @@ def join(device_type: str) -> World:
     return World(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
 
 
-def mean(value: torch.Tensor, world: World) -> float:
-    """The mean of a scalar over all processes."""
-    return reduced(value, world).item()
-
-
 def reduced(value: torch.Tensor, world: World) -> torch.Tensor:
     """The mean of a scalar over all processes, left on the device (no wait for it)."""
     if world.size > 1:
