@@ -2,7 +2,7 @@
 
 * No score bias: ``scaled_dot_product_attention(is_causal=True)``, which runs a fused flash /
   memory-efficient kernel wherever torch has one.
-* A score bias (alibi, t5, kerple_*, fire; posexp/encodings/base.py), one of three kernels
+* A score bias (alibi, t5, kerple_*, fire, fox; posexp/encodings/base.py), one of three kernels
   (``attention=`` in the config), among those the encoding lists in its ``bias_kernels``:
 
   - ``flash``: flash-attn's ``flash_attn_func(causal=True, alibi_slopes=...)``; ALiBi only,
@@ -14,7 +14,8 @@
   - ``sdpa``: SDPA with an additive bias, one block of queries at a time, so memory is
     ``heads x block x L`` instead of ``heads x L x L``.  A bias of the distance i - j alone
     (``DistanceBias``) is built once per call, for the last block, and every other block
-    reads a slice of it; FIRE's, which depends on i, is built block by block.
+    reads a slice of it; FIRE's, which depends on i, is built block by block, and so is
+    FoX's, which depends on the batch (its forget gates read the layer's input).
 
   ``auto`` takes flash, then flex on CUDA where the encoding has them, and sdpa on the CPU,
   where it measured fastest; FIRE runs on sdpa everywhere.
@@ -29,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
-from posexp.encodings.base import DistanceBias, PositionalEncoding, ScoreMod
+from posexp.encodings.base import DistanceBias, ScoreBias, ScoreMod
 
 # Elements of one (heads x queries x keys) bias block: 2^24 floats = 64 MiB per batch row.
 BIAS_BLOCK_ELEMENTS = 1 << 24
@@ -41,7 +42,7 @@ def flash_attn_installed() -> bool:
 
 
 def bias_kernel(requested: str, q: torch.Tensor, dropout_p: float,
-                bias: PositionalEncoding) -> str:
+                bias: ScoreBias) -> str:
     """The kernel that applies ``bias``'s score bias to these queries."""
     requested = str(getattr(requested, "value", requested))
     if requested not in KERNELS:
@@ -65,7 +66,7 @@ def causal_attention(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    bias: PositionalEncoding | None = None,
+    bias: ScoreBias | None = None,
     layer: int = 0,
     dropout_p: float = 0.0,
     kernel: str = "auto",
@@ -127,9 +128,10 @@ def _causal_blocked(q, k, v):
     return torch.cat(out[::-1], dim=2)
 
 
-def _sdpa_blocked(q, k, v, bias: PositionalEncoding, layer: int, dropout_p: float):
+def _sdpa_blocked(q, k, v, bias: ScoreBias, layer: int, dropout_p: float):
     n_head, seq_len = q.shape[1], q.shape[2]
-    block = min(seq_len, max(1, BIAS_BLOCK_ELEMENTS // (n_head * seq_len)))
+    rows = q.shape[0] if bias.batched else 1  # a bias per sequence (FoX's) or one for all
+    block = min(seq_len, max(1, BIAS_BLOCK_ELEMENTS // (rows * n_head * seq_len)))
     first = seq_len - block
     # Masks are 4-d, so that torch's fused CPU kernel takes them (a 3-d mask falls back to
     # the unfused math path, measured 3x slower at 16k).  Queries start..stop-1 see keys
@@ -146,7 +148,8 @@ def _sdpa_blocked(q, k, v, bias: PositionalEncoding, layer: int, dropout_p: floa
             return template[:, :, rows : rows + stop - start, keys : keys + stop]
     else:
         def block_bias(start: int, stop: int) -> torch.Tensor:
-            return bias.score_bias(layer, start, stop - start, stop, q.device).to(q.dtype)[None]
+            block = bias.score_bias(layer, start, stop - start, stop, q.device).to(q.dtype)
+            return block if bias.batched else block[None]
 
     # The last block first: each block's tensors are then no larger than the last block's,
     # whose freed memory they reuse.  In the other order each block asks for a little more

@@ -56,6 +56,8 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self.qkv(x).view(b, t, 3, self.n_head, d // self.n_head).permute(2, 0, 3, 1, 4)
         if rotary is not None:
             q, k = apply_rotary(q, *rotary[0]), apply_rotary(k, *rotary[1])
+        if bias is not None:
+            bias = bias.at_layer(self.layer, x)
         y = causal_attention(q, k, v, bias, self.layer, self.dropout if self.training else 0.0,
                              self.kernel, positions)
         return self.proj(y.transpose(1, 2).reshape(b, t, d))

@@ -9,7 +9,9 @@ block of it with the causal mask, for SDPA one block of queries at a time (never
 at once); ``score_mod``, the same bias as FlexAttention's score function, where it has a
 closed form; ``attention_slopes``, ALiBi's slopes for flash-attn.  ``bias_kernels`` lists
 which of these an encoding has.  A bias of the distance i - j alone is a ``DistanceBias``:
-one block of it serves every block of queries.
+one block of it serves every block of queries.  A bias that depends on what a layer reads
+(FoX's forget gates) is bound to that layer's input by ``at_layer``, and the bias it returns
+is ``batched``: one per sequence of the batch.
 """
 
 from __future__ import annotations
@@ -25,18 +27,56 @@ ScoreMod = Callable[..., torch.Tensor]
 Rotation = tuple[torch.Tensor, torch.Tensor]
 
 
-class PositionalEncoding(nn.Module):
+class ScoreBias:
+    """A score bias in the forms posexp/attention.py applies.  Every encoding is one (with no
+    kernels when it has no bias); FoX's forget gates bound to one layer's input are another."""
+
+    # The kernels that can apply its score bias: "sdpa" (blocked, always), "flex" (it has a
+    # score_mod), "flash" (ALiBi's slopes); empty when it has no score bias.
+    bias_kernels: tuple[str, ...] = ()
+    # Whether its score_bias is [batch, n_head, q_len, k_len], one per sequence (a bias
+    # at_layer bound to a layer's input), rather than [n_head, q_len, k_len] for every one.
+    batched: bool = False
+
+    def score_bias(
+        self, layer: int, q_start: int, q_len: int, k_len: int, device: torch.device
+    ) -> torch.Tensor:
+        """[n_head, q_len, k_len] float32 bias of layer ``layer`` for queries q_start.. and
+        keys 0..k_len-1, -inf on keys after their query (the causal mask): SDPA's attn_mask
+        ([batch, n_head, q_len, k_len] when ``batched``).  Differentiable in the encoding's
+        parameters."""
+        raise NotImplementedError(f"{type(self).__name__} has no score bias")
+
+    def score_mod(self, layer: int) -> ScoreMod:
+        """The bias of layer ``layer`` as FlexAttention's score_mod (when "flex" is one of
+        its bias_kernels)."""
+        raise NotImplementedError(f"{type(self).__name__} has no FlexAttention score_mod")
+
+    def attention_slopes(self) -> torch.Tensor | None:
+        """[n_head] slopes m_h of the score bias -m_h * (i - j) (ALiBi); or None."""
+        return None
+
+    def position_bias(self, layer: int, positions: torch.Tensor) -> torch.Tensor:
+        """[batch, n_head, seq, seq] float32 score bias of layer ``layer`` between these
+        positions, -inf on keys after their query: SDPA's attn_mask."""
+        raise NotImplementedError(f"{type(self).__name__} has no score bias")
+
+
+class PositionalEncoding(nn.Module, ScoreBias):
     max_positions: int | None = None
     # Multiplier on the token embeddings, for encodings whose recipe sets one.
     token_scale: float = 1.0
     # The token embeddings' initial standard deviation, for encodings whose recipe sets one;
     # None: GPT-2's 0.02, as every other weight.
     token_std: float | None = None
-    # The kernels that can apply its score bias: "sdpa" (blocked, always), "flex" (it has a
-    # score_mod), "flash" (ALiBi's slopes); empty when it has no score bias.
-    bias_kernels: tuple[str, ...] = ()
     # Whether RoPE context extension (posexp/scaling.py) applies to it: it has set_scaling.
     rope_scalable: bool = False
+
+    def at_layer(self, layer: int, x: torch.Tensor) -> ScoreBias:
+        """The score bias layer ``layer`` applies, given that layer's input x [batch, seq,
+        d_model] (after its norm): the encoding itself, for every bias of positions alone;
+        FoX returns its forget gates' bias, computed from x."""
+        return self
 
     def set_scaling(self, scaling: object, original_len: int | None = None) -> None:
         """Score or train with RoPE's frequencies rescaled (rope_scalable encodings only)."""
@@ -61,23 +101,6 @@ class PositionalEncoding(nn.Module):
         shared = self.rotary(seq_len, device)
         return None if shared is None else (shared, shared)
 
-    def score_bias(
-        self, layer: int, q_start: int, q_len: int, k_len: int, device: torch.device
-    ) -> torch.Tensor:
-        """[n_head, q_len, k_len] float32 bias of layer ``layer`` for queries q_start.. and
-        keys 0..k_len-1, -inf on keys after their query (the causal mask): SDPA's attn_mask.
-        Differentiable in the encoding's parameters."""
-        raise NotImplementedError(f"{type(self).__name__} has no score bias")
-
-    def score_mod(self, layer: int) -> ScoreMod:
-        """The bias of layer ``layer`` as FlexAttention's score_mod (when "flex" is one of
-        its bias_kernels)."""
-        raise NotImplementedError(f"{type(self).__name__} has no FlexAttention score_mod")
-
-    def attention_slopes(self) -> torch.Tensor | None:
-        """[n_head] slopes m_h of the score bias -m_h * (i - j) (ALiBi); or None."""
-        return None
-
     # --- randomized positions (Ruoss et al., ACL 2023): training reads, for each sequence,
     # positions [batch, seq] (sorted, distinct) instead of 0..seq-1.  The tables of a length
     # that covers them are read at those rows; a score bias is built from their differences.
@@ -93,11 +116,6 @@ class PositionalEncoding(nn.Module):
         if qk is None:
             return None
         return tuple((cos[positions][:, None], sin[positions][:, None]) for cos, sin in qk)
-
-    def position_bias(self, layer: int, positions: torch.Tensor) -> torch.Tensor:
-        """[batch, n_head, seq, seq] float32 score bias of layer ``layer`` between these
-        positions, -inf on keys after their query: SDPA's attn_mask."""
-        raise NotImplementedError(f"{type(self).__name__} has no score bias")
 
 
 class DistanceBias(PositionalEncoding):

@@ -49,7 +49,7 @@ class EncodingSpec:
     colour: str  # its colour in every figure, distinct from every other encoding's
     module: type[PositionalEncoding]  # what it can do: its class attributes and methods
     config: type  # frozen dataclass of its hyperparameters, with build(shape) -> module
-    reads_positions: bool = True  # False for the control, which has no position signal
+    reads_positions: bool = True  # False where there is no position signal (NoPE, FoX)
     # a trained table of positions (learned's): encoding.max_positions rows of d_model
     # parameters, and no position past it -- what the checks and reports read, not its name
     position_table: bool = False

@@ -235,7 +235,7 @@ def test_fire_chunks_rows_to_bound_its_hidden_activations(monkeypatch):
 
 
 # --- every encoding after the seed, in a model ------------------------------------------
-NEW = ["t5", "kerple_log", "kerple_power", "fire", "xpos"]
+NEW = ["t5", "kerple_log", "kerple_power", "fire", "xpos", "fox"]
 
 
 @pytest.mark.parametrize("name", NEW)

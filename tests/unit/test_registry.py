@@ -46,13 +46,13 @@ def test_registry_metadata():
     assert len({s.label for s in specs}) == len({s.order for s in specs}) == len(ENCODINGS)
     assert len({s.colour.lower() for s in specs}) == len(ENCODINGS)
     assert all(s.citation for s in specs)
-    assert [s.name for s in specs if not s.reads_positions] == ["nope"]
+    assert [s.name for s in specs if not s.reads_positions] == ["fox", "nope"]
     assert [s.name for s in specs if s.position_table] == ["learned"]
     for name, spec in ENCODINGS.items():
         built = encoding_config(name, max_positions=16).build(SHAPE)
         assert type(built) is spec.module
     biased = {n for n, s in ENCODINGS.items() if s.module.bias_kernels}
-    assert biased == {"alibi", "t5", "kerple_log", "kerple_power", "fire"}
+    assert biased == {"alibi", "t5", "kerple_log", "kerple_power", "fire", "fox"}
     assert ENCODINGS["fire"].module.bias_kernels == ("sdpa",)
 
 
