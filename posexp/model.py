@@ -147,11 +147,15 @@ class GPT(nn.Module):
         if pe is not None:
             x = x + pe
         x = self.drop(x)
-        rotary = (self.encoding.rotary_qk(seq_len, idx.device) if positions is None
-                  else self.encoding.rotary_qk_at(positions))
-        bias = self.encoding if self.encoding.bias_kernels else None
-        for block in self.blocks:
-            x = block(x, rotary, bias, positions)
+        rotations: dict[int, tuple[Rotation, Rotation] | None] = {}  # one per encoding
+        for layer, block in enumerate(self.blocks):
+            encoding = self.encoding.layer_encoding(layer)
+            if id(encoding) not in rotations:
+                rotations[id(encoding)] = (
+                    encoding.rotary_qk(seq_len, idx.device) if positions is None
+                    else encoding.rotary_qk_at(positions))
+            bias = encoding if encoding.bias_kernels else None
+            x = block(x, rotations[id(encoding)], bias, positions)
         return self.ln_f(x)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,

@@ -20,6 +20,7 @@ def check_encoding(cfg: DictConfig) -> None:
     """The encoding is one posexp has, its hyperparameters are its own and in range, and an
     attention kernel asked for can apply its score bias."""
     from posexp.encodings import ENCODINGS, encoding_config  # the registry imports torch
+    from posexp.encodings.registry import capability
 
     e = cfg.encoding
     if not import_custom_encoding(cfg):
@@ -37,7 +38,8 @@ def check_encoding(cfg: DictConfig) -> None:
     except ValueError as error:
         raise UsageError(str(error)) from None
     spec = ENCODINGS[e.name]
-    kernels, kernel = spec.module.bias_kernels, Attention(cfg.attention)
+    kernels = capability(e.name, encoding_hparams(cfg), "bias_kernels")
+    kernel = Attention(cfg.attention)
     if kernels and kernel != Attention.auto and kernel.value not in kernels:
         raise UsageError(f"attention={kernel.value} cannot apply {e.name}'s score bias; it runs "
                          f"on {', '.join(kernels)} (attention=auto picks the fastest)")

@@ -7,17 +7,19 @@ from __future__ import annotations
 from omegaconf import DictConfig, OmegaConf
 
 from posexp import scaling
-from posexp.config.derive import as_list, eval_scalings, train_scaling
+from posexp.config.derive import as_list, encoding_hparams, eval_scalings, train_scaling
 from posexp.errors import UsageError
 from posexp.values import in_range, listed_once
 
 
-def scalable(encoding: str) -> bool:
-    """Whether ``encoding`` takes RoPE scaling (its module says so)."""
+def scalable(cfg: DictConfig) -> bool:
+    """Whether the run's encoding takes RoPE scaling (its module, or for a hybrid its
+    pattern, says so)."""
     from posexp.encodings import ENCODINGS  # the registry imports torch
+    from posexp.encodings.registry import capability
 
-    spec = ENCODINGS.get(encoding)
-    return spec is not None and spec.module.rope_scalable
+    name = cfg.encoding.name
+    return name in ENCODINGS and bool(capability(name, encoding_hparams(cfg), "rope_scalable"))
 
 
 def _numbers(key: str, node: DictConfig, factors: list) -> None:
@@ -36,10 +38,10 @@ def _computable(key: str, records: list[dict]) -> None:
             raise UsageError(f"{key}: {e}") from None
 
 
-def _needs_rope(key: str, what: str, encoding: str) -> None:
-    if not scalable(encoding):
+def _needs_rope(key: str, what: str, cfg: DictConfig) -> None:
+    if not scalable(cfg):
         raise UsageError(f"{key}{what} needs encoding=rope (it rescales RoPE's frequencies); "
-                         f"this run is encoding={encoding}")
+                         f"this run is encoding={cfg.encoding.name}")
 
 
 def unread_scaling_key(cfg: DictConfig, key: str) -> str | None:
@@ -76,7 +78,7 @@ def check_train_scaling(cfg: DictConfig, fine_tune: bool) -> None:
     if not isinstance(node.method, str) or node.method not in scaling.computed():
         raise UsageError(f"encoding.scaling.method must be one of {scaling.names()}, "
                          f"got {node.method!r}")
-    _needs_rope("encoding.scaling", "", cfg.encoding.name)
+    _needs_rope("encoding.scaling", "", cfg)
     if not fine_tune:
         raise UsageError("encoding.scaling is for fine-tuning a trained run at a longer "
                          "length: posexp finetune PARENT_RUN encoding.scaling=METHOD "
@@ -113,5 +115,5 @@ def check_eval_scaling(cfg: DictConfig) -> None:
                          "has none")
     scaled = [m for m in methods if m != scaling.PLAIN]
     if scaled:
-        _needs_rope(key, f"={','.join(scaled)}", cfg.encoding.name)
+        _needs_rope(key, f"={','.join(scaled)}", cfg)
     _computable(key, [r for r in eval_scalings(cfg) if r is not None])

@@ -72,6 +72,11 @@ class PositionalEncoding(nn.Module, ScoreBias):
     # Whether RoPE context extension (posexp/scaling.py) applies to it: it has set_scaling.
     rope_scalable: bool = False
 
+    def layer_encoding(self, layer: int) -> PositionalEncoding:
+        """The encoding layer ``layer`` uses: itself, but in a hybrid (an encoding per
+        layer, posexp/encodings/hybrid.py).  Its rotation and score bias are that layer's."""
+        return self
+
     def at_layer(self, layer: int, x: torch.Tensor) -> ScoreBias:
         """The score bias layer ``layer`` applies, given that layer's input x [batch, seq,
         d_model] (after its norm): the encoding itself, for every bias of positions alone;

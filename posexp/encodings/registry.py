@@ -128,6 +128,16 @@ def encoding_config(
     return spec.config(**{k: _typed(k, kinds[k], v) for k, v in values.items()})
 
 
+def capability(name: str, hparams: Mapping[str, Any] | None, attribute: str) -> Any:
+    """What encoding ``name``'s module can do -- ``bias_kernels``, ``rope_scalable`` -- as
+    its class says, or its config where that depends on the hyperparameters (a hybrid's
+    pattern)."""
+    spec = spec_of(name)
+    if hasattr(spec.config, attribute):
+        return getattr(encoding_config(name, hparams), attribute)
+    return getattr(spec.module, attribute)
+
+
 def build_encoding(
     name: str,
     shape: ModelShape,

@@ -55,7 +55,7 @@ def run_cli(monkeypatch, capsys, cache_dir, tmp_path):
 REFUSED = [
     ("base on an encoding without one", ["train", "encoding=alibi", "encoding.base=500"], {},
      ["encoding.base is set, but encoding=alibi does not read it",
-      "only partial_rope, rope, sinusoidal and xpos do"]),
+      "only hybrid, partial_rope, rope, sinusoidal and xpos do"]),
     ("base on nope", ["train", "encoding=nope", "encoding.base=500"], {},
      ["encoding=nope does not read it"]),
     ("max_positions on rope", ["train", "encoding=rope", "encoding.max_positions=128"], {},

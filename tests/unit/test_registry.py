@@ -32,6 +32,7 @@ def test_every_encoding_has_its_yaml_with_the_papers_defaults():
                     if f.default is not dataclasses.MISSING}
         written = {**text.get("hparams", {}), **({"base": text["base"]} if "base" in text
                                                   else {})}
+        written = {k: tuple(v) if isinstance(v, list) else v for k, v in written.items()}
         # a default set relative to the run (FIRE's threshold starts at train.seq_len) is an
         # interpolation of the run's own config; every other is the dataclass's
         relative = {k for k, v in written.items() if v == "${train.seq_len}"}

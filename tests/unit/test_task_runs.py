@@ -126,8 +126,8 @@ def test_every_encoding_trains_on_a_task(encoding, random_positions):
             "train.lr=0.01"]
     if random_positions:
         args.append(f"train.random_positions={random_positions}")
-    if random_positions and encoding == "nope":
-        with pytest.raises(UsageError, match="nope reads no positions"):
+    if random_positions and not ENCODINGS[encoding].reads_positions:
+        with pytest.raises(UsageError, match=f"{encoding} reads no positions"):
             compose(args)
         return
     cfg = C.resolve(compose(args))
