@@ -4,7 +4,9 @@ A curve point scores ``eval.tokens`` targets of the validation stream.  They are
 stretch at its end -- that is one file, and which file decides the number -- but spans in
 every document with text, and inside a document spread out: its share is cut into spans of
 at most ``SPAN_TOKENS`` targets, each at the end of an equal block of the document, so that
-every span has text of its own document before it.
+a span has text of its own document before it -- but for a span that begins at its
+document's first token (a short document scored whole), whose first target is predicted
+from the previous document's separator and text.  A span's targets are its document's alone.
 
 A document's targets are its text and the separator after it (the stream's first token,
 which has nothing before it, is no target).  A document with no text (an empty file: only

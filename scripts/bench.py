@@ -7,7 +7,7 @@ the attention kernels of every score-bias encoding agree.
     python scripts/bench.py --quick          # a tiny shape on the CPU, under a minute
     python scripts/bench.py --compile        # also time the torch.compile'd model
     python scripts/bench.py --bias-kernels flex,sdpa    # one row per kernel for each
-                                             # score-bias encoding (alibi, t5, kerple_*,
+                                             # score-bias encoding (alibi, t5, kerple_*, fox,
                                              # fire), where it has that kernel
     python scripts/bench.py --xtransformers  # side by side with x-transformers on the same
                                              # shapes, its defaults otherwise (eager; rotary
@@ -205,11 +205,13 @@ def kernel_agreement(device: torch.device, encodings: list[str], kernels: list[s
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     rows = []
     for encoding in encodings:
-        bias = build_encoding(encoding, shape).to(device)
+        module = build_encoding(encoding, shape).to(device).layer_encoding(0)
         for length in lengths:
             torch.manual_seed(length)
             q, k, v = (torch.randn(1, shape.n_head, length, shape.d_head, device=device)
                        for _ in range(3))
+            # layer 0's bias, bound to a random input where it reads one (FoX's gates)
+            bias = module.at_layer(0, torch.randn(1, length, shape.d_model, device=device))
             reference = causal_attention(q, k, v, bias, kernel="sdpa")
             for kernel in (k for k in kernels if k in bias.bias_kernels):
                 row = {"encoding": encoding, "kernel": kernel, "length": length,

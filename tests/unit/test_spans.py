@@ -158,3 +158,24 @@ def test_a_layout_is_named_by_what_it_scores_and_reads_back_from_its_record():
     old = {k: v for k, v in spans.record().items() if k in ("first", "length", "document")}
     assert Spans.from_record(old).id == spans.id
     assert Spans.from_record(old).text_documents is None
+
+
+def test_what_precedes_a_span_is_its_documents_text_unless_the_document_is_scored_whole():
+    """A span's targets lie in its document: its text and its own separator.  A span that
+    does not begin at its document's first target has text of that document before it; one
+    that does (a document scored whole, or its first block) predicts the document's first
+    token from the stream before it: the previous document's separator and text."""
+    spans = layout(VAL, STARTS, 4_000)
+    for first, length, doc in zip(spans.first, spans.length, spans.document, strict=True):
+        targets = np.arange(first + 1, first + length + 1)
+        assert (documents_of(targets) == doc).all()  # never the previous separator
+        if targets[0] == max(STARTS[doc], 1):
+            assert doc == 0 or documents_of(np.array([first]))[0] == doc - 1
+        else:
+            assert documents_of(np.array([first]))[0] == doc  # own text before it
+    whole = [d for d in set(spans.document.tolist())
+             if shares(spans)[d] == SIZES[d] and d > 0]
+    assert whole  # the layout scores some documents whole
+    for d in whole:
+        (k,) = np.flatnonzero(spans.document == d)
+        assert spans.first[k] == STARTS[d] - 1  # the previous document's separator
