@@ -56,6 +56,12 @@ class ScoreBias:
         """[n_head] slopes m_h of the score bias -m_h * (i - j) (ALiBi); or None."""
         return None
 
+    def key_bias(self) -> torch.Tensor | None:
+        """[batch, n_head, seq] b_j where the score bias is b_j plus a constant per query,
+        which softmax ignores (FoX's c_i - c_j); or None.  Blocked SDPA then carries it in
+        one more dimension of the keys and runs the causal kernel with no mask."""
+        return None
+
     def position_bias(self, layer: int, positions: torch.Tensor) -> torch.Tensor:
         """[batch, n_head, seq, seq] float32 score bias of layer ``layer`` between these
         positions, -inf on keys after their query: SDPA's attn_mask."""

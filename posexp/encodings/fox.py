@@ -61,6 +61,10 @@ class ForgetBias(ScoreBias):
         bias = c[:, :, q_start:q_start + q_len, None] - c[:, :, None, :k_len]
         return bias.masked_fill(rows[:, None] < torch.arange(k_len, device=device), -math.inf)
 
+    def key_bias(self) -> torch.Tensor:
+        """-c_j: c_i is the same for every key of query i, and softmax ignores it."""
+        return -self.cumulative
+
     def position_bias(self, layer: int, positions: torch.Tensor) -> torch.Tensor:
         """FoX reads no positions: at any, its bias over the sequence."""
         seq_len = positions.shape[1]

@@ -152,6 +152,36 @@ def test_blocked_bias_and_its_gradients_equal_the_dense_computation(block_elemen
         assert torch.allclose(b, d, atol=1e-9)
 
 
+def test_long_inference_attends_by_blocks_to_the_same_result(monkeypatch):
+    """Past CAUSAL_WORK a CPU evaluation attends one block of queries at a time (so that
+    a signal is handled between blocks): the same result as one call and as the dense
+    computation, the key bias carried in its extra dimension through every block."""
+    enc = fox().double()
+    torch.manual_seed(3)
+    q, k, v = (torch.randn(2, 4, 37, 8, dtype=torch.float64) for _ in range(3))
+    x = torch.randn(2, 37, 32, dtype=torch.float64)
+    with torch.no_grad():
+        enc.gates[0].bias.normal_()
+        bias = enc.at_layer(0, x)
+        whole = causal_attention(q, k, v, bias=bias)
+        monkeypatch.setattr(attention, "CAUSAL_WORK", 1)
+        monkeypatch.setattr(attention, "CAUSAL_BLOCK_WORK", 2 * 4 * 37 * 9 * 5)
+        blocked = causal_attention(q, k, v, bias=bias)
+    assert torch.allclose(blocked, whole, atol=1e-12)
+    assert torch.allclose(blocked, dense(q, k, v, bias.score_bias(0, 0, 37, 37, CPU)),
+                          atol=1e-10)
+
+
+def test_the_key_bias_is_the_bias_up_to_a_constant_per_query():
+    enc = fox().double()
+    bias = enc.at_layer(1, torch.randn(2, 21, 32, dtype=torch.float64))
+    full = bias.score_bias(1, 0, 21, 21, CPU)
+    below = torch.ones(21, 21, dtype=torch.bool).tril()
+    rest = (full - bias.key_bias()[:, :, None, :]).masked_fill(~below, 0.0)
+    per_query = rest[..., :1].expand_as(rest).masked_fill(~below, 0.0)
+    assert torch.allclose(rest, per_query, atol=1e-10)
+
+
 def test_flex_attention_applies_the_same_bias():
     """The FlexAttention form (CUDA's default for FoX), compiled on the CPU, forward only."""
     enc = fox()
