@@ -24,8 +24,10 @@ first step.  x-transformers' ``DataDependentAlibi`` starts the bias at 5 instead
 The weights are matrices (weight decay, as every linear's), the biases vectors (none).
 
 The bias depends on the batch: ``at_layer`` binds one layer's c to the model's input, and
-the bound bias is what posexp/attention.py applies, one block of queries at a time on SDPA
-(memory batch x heads x block x L) or as FlexAttention's score_mod over the captured c.
+the bound bias is what posexp/attention.py applies.  On SDPA it is its ``key_bias`` -c_j
+(c_i is one constant per query, which softmax ignores), carried in one more dimension of the
+keys, so the causal kernel runs with no mask; on CUDA, FlexAttention's score_mod over the
+captured c.
 """
 
 from __future__ import annotations
