@@ -19,6 +19,11 @@
 
   ``auto`` takes flash, then flex on CUDA where the encoding has them, and sdpa on the CPU,
   where it measured fastest; FIRE runs on sdpa everywhere.
+* Self-Extend or ReRoPE at evaluation (``far``): two scores for every pair, one from the
+  queries and keys as rotated and one from their far rotations, merged by distance before
+  the softmax (``_rectified``), one block of queries at a time.  No fused kernel takes two
+  scores, so this path writes them out: about 3x a score block of memory, and the time of
+  the unfused math path.
 """
 
 from __future__ import annotations
@@ -72,11 +77,19 @@ def causal_attention(
     dropout_p: float = 0.0,
     kernel: str = "auto",
     positions: torch.Tensor | None = None,
+    far: tuple[torch.Tensor, torch.Tensor, int] | None = None,
 ) -> torch.Tensor:
     """q, k, v: [batch, heads, seq, d_head] -> [batch, heads, seq, d_head].  ``bias`` is the
     encoding whose score bias (of layer ``layer``) to add, or None.  ``positions`` [batch,
     seq]: randomized positions in training, whose bias (of their differences, one per
-    sequence) is built whole, at a training length, and applied by SDPA."""
+    sequence) is built whole, at a training length, and applied by SDPA.  ``far`` (far_q,
+    far_k, window): keys j <= i - window are scored by far_q_i . far_k_j instead (Self-Extend,
+    ReRoPE; evaluation only)."""
+    if far is not None and far[2] < q.shape[2]:
+        if bias is not None or positions is not None or dropout_p:
+            raise ValueError("Self-Extend and ReRoPE apply to RoPE at evaluation: no score "
+                             "bias, randomized positions or dropout")
+        return _rectified(q, k, v, *far)
     if bias is None:
         if _long_inference(q):
             return _causal_blocked(q, k, v)
@@ -128,6 +141,29 @@ def _causal_key_bias(q, k, v, key_bias, dropout_p):
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p,
                                              scale=d ** -0.5)
     return out[..., :d].to(given)
+
+
+def _rectified(q, k, v, far_q, far_k, window: int):
+    """softmax_j(s_ij / sqrt(d)) v_j over keys j <= i, where s_ij = q_i . k_j for i - j <
+    window and far_q_i . far_k_j beyond: as Self-Extend's and ReRoPE's reference code, whose
+    scores are in the model's precision and whose softmax is in float32.  One block of
+    queries at a time, the last first (as _sdpa_blocked), each score at most
+    BIAS_BLOCK_ELEMENTS."""
+    b, h, seq_len, d = q.shape
+    block = max(1, min(seq_len, BIAS_BLOCK_ELEMENTS // (b * h * seq_len)))
+    keys = torch.arange(seq_len, device=q.device)
+    softmax_dtype = torch.promote_types(q.dtype, torch.float32)
+    out = []
+    for start in reversed(range(0, seq_len, block)):
+        stop = min(start + block, seq_len)
+        distance = torch.arange(start, stop, device=q.device)[:, None] - keys[:stop]
+        near = q[:, :, start:stop] @ k[:, :, :stop].transpose(-1, -2)
+        scores = torch.where(distance < window, near,
+                             far_q[:, :, start:stop] @ far_k[:, :, :stop].transpose(-1, -2))
+        scores = (scores / math.sqrt(d)).to(softmax_dtype).masked_fill(distance < 0,
+                                                                       float("-inf"))
+        out.append(scores.softmax(-1).to(v.dtype) @ v[:, :, :stop])
+    return torch.cat(out[::-1], dim=2)
 
 
 def _causal_blocked(q, k, v, scale=None):

@@ -13,7 +13,7 @@ from torch import nn
 
 from posexp.attention import causal_attention
 from posexp.encodings import ModelShape, PositionalEncoding, build_encoding
-from posexp.encodings.base import Rotation
+from posexp.encodings.base import Extension, Rotation
 from posexp.encodings.rope import apply_rotary
 from posexp.scaling import RopeScaling
 
@@ -51,15 +51,22 @@ class CausalSelfAttention(nn.Module):
         rotary: tuple[Rotation, Rotation] | None,
         bias: PositionalEncoding | None,
         positions: torch.Tensor | None = None,
+        extension: Extension | None = None,
     ) -> torch.Tensor:
         b, t, d = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.n_head, d // self.n_head).permute(2, 0, 3, 1, 4)
+        far = None
+        if extension is not None:  # Self-Extend, ReRoPE: far keys read other rotations
+            if extension.q_scale is not None:
+                q = q * extension.q_scale.to(q.dtype)
+            far = (apply_rotary(q, *extension.far_q), apply_rotary(k, *extension.far_k),
+                   extension.window)
         if rotary is not None:
             q, k = apply_rotary(q, *rotary[0]), apply_rotary(k, *rotary[1])
         if bias is not None:
             bias = bias.at_layer(self.layer, x)
         y = causal_attention(q, k, v, bias, self.layer, self.dropout if self.training else 0.0,
-                             self.kernel, positions)
+                             self.kernel, positions, far)
         return self.proj(y.transpose(1, 2).reshape(b, t, d))
 
 
@@ -76,8 +83,8 @@ class Block(nn.Module):
         )
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x, rotary, bias, positions=None):
-        x = x + self.drop(self.attn(self.ln1(x), rotary, bias, positions))
+    def forward(self, x, rotary, bias, positions=None, extension=None):
+        x = x + self.drop(self.attn(self.ln1(x), rotary, bias, positions, extension))
         return x + self.drop(self.mlp(self.ln2(x)))
 
 
@@ -147,15 +154,17 @@ class GPT(nn.Module):
         if pe is not None:
             x = x + pe
         x = self.drop(x)
-        rotations: dict[int, tuple[Rotation, Rotation] | None] = {}  # one per encoding
+        # one per encoding: its rotations, and at evaluation its Self-Extend or ReRoPE
+        rotations: dict[int, tuple[tuple[Rotation, Rotation] | None, Extension | None]] = {}
         for layer, block in enumerate(self.blocks):
             encoding = self.encoding.layer_encoding(layer)
             if id(encoding) not in rotations:
                 rotations[id(encoding)] = (
-                    encoding.rotary_qk(seq_len, idx.device) if positions is None
-                    else encoding.rotary_qk_at(positions))
+                    (encoding.rotary_qk(seq_len, idx.device),
+                     encoding.extension(seq_len, idx.device)) if positions is None
+                    else (encoding.rotary_qk_at(positions), None))
             bias = encoding if encoding.bias_kernels else None
-            x = block(x, rotations[id(encoding)], bias, positions)
+            x = block(x, rotations[id(encoding)][0], bias, positions, rotations[id(encoding)][1])
         return self.ln_f(x)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,

@@ -1,9 +1,14 @@
 """RoPE context-extension methods: the one table of their names, parameters and defaults.
 
-Each method changes only RoPE's inverse frequencies (and YaRN its attention temperature);
-its entry names its formula, a function ("module:function", imported when a run is scored;
-posexp's own are in ``posexp/encodings/rope_scaling.py``).  LongRoPE, whose factors a
-pretrained model supplies, has none.  Everything else -- the config
+A method is of one of two kinds.  Most change only RoPE's inverse frequencies (and YaRN its
+attention temperature): ``frequencies``.  Self-Extend and ReRoPE (``attention``) keep the
+frequencies and score each key at least a window back with the query and key rotated at
+other positions, the two scores merged by distance before the softmax; ReRoPE also scales
+its queries by log n.  They are applied at evaluation by posexp's own attention, so neither a
+fine-tune nor a pretrained model takes them.  Each entry names its formula, a function
+("module:function", imported when a run is scored; posexp's own are in
+``posexp/encodings/rope_scaling.py``).  LongRoPE, whose factors a pretrained model supplies,
+has none.  Everything else -- the config
 schema's parameter keys, the checks of ``eval.rope_scaling`` and ``encoding.scaling``, the
 records eval.json holds, labels in tables and figures, help text, how a pretrained model
 gets it from transformers -- reads this table.  It imports neither torch nor numpy, so
@@ -23,11 +28,15 @@ from dataclasses import dataclass
 PLAIN = "plain"  # in a list of eval.rope_scaling methods: RoPE as trained, unscaled
 
 
+FREQUENCIES, ATTENTION = "frequencies", "attention"  # the kinds of method (Method.kind)
+
+
 @dataclass(frozen=True)
 class Param:
     name: str
-    default: float  # the paper's
+    default: float  # the paper's (or its reference code's)
     what: str
+    zero: bool = False  # 0 is a value it takes (a switch: 0 off, 1 on); else it is above 0
 
 
 @dataclass(frozen=True)
@@ -44,10 +53,18 @@ class Method:
     # where hf_original_len
     hf_rope_type: str | None = None
     hf_original_len: bool = False
-    # its formula, "module:function": (scaling, d, base, L, T) -> (inv_freq float64 [d/2],
-    # factor on cos and sin).  None: the model supplies its per-pair factors (LongRoPE, as
-    # Phi-3 does), so only a pretrained model that has them takes it (not among computed())
+    # its formula, "module:function".  frequencies: (scaling, d, base, L, T) -> (inv_freq
+    # float64 [d/2], factor on cos and sin); attention: (scaling, L, T) -> FarPositions.
+    # None: the model supplies its per-pair factors (LongRoPE, as Phi-3 does), so only a
+    # pretrained model that has them takes it (not among computed())
     formula: str | None = None
+    kind: str = FREQUENCIES
+    reads_factor: bool = True  # False: it has no factor (ReRoPE), and its records hold 1
+
+    @property
+    def eval_only(self) -> bool:
+        """Applied by posexp's attention at evaluation: no fine-tune, no pretrained model."""
+        return self.kind == ATTENTION
 
     @property
     def model_factors(self) -> bool:
@@ -101,6 +118,30 @@ def _llama3_rule(p: Mapping[str, float]) -> str | None:
             f"{p['high_freq_factor']}, {p['low_freq_factor']}")
 
 
+def _window_rule(name: str, logn: bool = False) -> Callable[[Mapping[str, float]], str | None]:
+    """A window (a fraction of L) below 1, and where the method has it, logn a switch."""
+
+    def rule(p: Mapping[str, float]) -> str | None:
+        if not 0 < p[name] < 1:
+            return f"{name} is a fraction of the training length L, above 0 and below 1; " \
+                   f"got {p[name]:g}"
+        if logn and p["logn"] not in (0.0, 1.0):
+            return f"logn is 1 (queries scaled by log n, as ReRoPE's code) or 0, got {p['logn']:g}"
+        return None
+
+    return rule
+
+
+def window_tokens(fraction: float, L: int) -> int:
+    """A window given as a fraction of the training length L, in tokens (at least 1)."""
+    return max(1, round(fraction * L))
+
+
+_LOGN = Param("logn", 1.0, "1: queries x max(1, log(i + 1) / log L) (ReRoPE's code); 0: off",
+              zero=True)
+_WINDOW = Param("window", 0.125, "keys nearer than this fraction of L keep their positions "
+                "(ReRoPE's code: 512 of Llama 2's 4,096)")
+
 OURS = "posexp.encodings.rope_scaling"  # the module of posexp's own formulas
 
 METHODS: dict[str, Method] = {m.name: m for m in (
@@ -118,6 +159,17 @@ METHODS: dict[str, Method] = {m.name: m for m in (
             Param("high_freq_factor", 4.0, "wavelengths below L / this are kept")),
            _llama3_rule, hf_rope_type="llama3", hf_original_len=True,
            formula=f"{OURS}:llama3"),
+    Method("self_extend", "Self-Extend", "Jin et al., ICML 2024 (arXiv:2401.01325), "
+           "the group size G as the factor",
+           (Param("neighbor_window", 0.25, "keys nearer than this fraction of L keep their "
+                  "positions (the reference code's 1,024 of Llama 2's 4,096)"),),
+           _window_rule("neighbor_window"), formula=f"{OURS}:self_extend", kind=ATTENTION),
+    Method("rerope", "ReRoPE", "Su 2023, Rectified Rotary Position Embeddings "
+           "(github.com/bojone/rerope)", (_WINDOW, _LOGN), _window_rule("window", True),
+           formula=f"{OURS}:rerope", kind=ATTENTION, reads_factor=False),
+    Method("leaky_rerope", "Leaky ReRoPE", "Su 2023, Rectified Rotary Position Embeddings "
+           "(github.com/bojone/rerope), the leak k as the factor", (_WINDOW, _LOGN),
+           _window_rule("window", True), formula=f"{OURS}:leaky_rerope", kind=ATTENTION),
     Method("longrope", "LongRoPE", "Ding et al., ICML 2024 (arXiv:2402.13753), with the "
            "model's own factors", hf_rope_type="longrope", hf_original_len=True),
 )}
@@ -139,9 +191,16 @@ def names() -> str:
     return ", ".join(computed())
 
 
+def fine_tunable() -> dict[str, Method]:
+    """The methods a fine-tune trains with: those of RoPE's frequencies."""
+    return {n: m for n, m in computed().items() if not m.eval_only}
+
+
 def record(method: str, factor: float, params: Mapping) -> dict:
-    """A scaling as posexp writes it down: the method, its factor, and the parameters that
-    method reads (from ``params``)."""
+    """A scaling as posexp writes it down: the method, its factor (1 for a method that has
+    none), and the parameters that method reads (from ``params``)."""
+    spec = METHODS.get(method)
+    factor = factor if spec is None or spec.reads_factor else 1.0
     return {"method": method, "factor": float(factor),
             **{p.name: float(params[p.name]) for p in METHODS[method].params}}
 
@@ -177,7 +236,9 @@ def text(k: Key) -> str:
     params = [f"{n} {v:g}" for n, v in rec.items()
               if n not in ("method", "factor") and v != defaults.get(n)]
     label = method.label if method else rec["method"]
-    return f"{label} \u00d7{rec['factor']:g}" + (f" ({', '.join(params)})" if params else "")
+    if method is None or method.reads_factor:
+        label += f" \u00d7{rec['factor']:g}"
+    return label + (f" ({', '.join(params)})" if params else "")
 
 
 class RopeScaling:
@@ -194,6 +255,7 @@ class RopeScaling:
         if not factor >= 1.0:
             raise ValueError(f"RoPE scaling factor must be at least 1, got {factor}")
         spec = METHODS[method]
+        factor = factor if spec.reads_factor else 1.0
         values = {p.name: p.default for p in all_params()} | params
         unknown = set(values) - {p.name for p in all_params()}
         if unknown:
@@ -216,6 +278,11 @@ class RopeScaling:
 
     def __repr__(self) -> str:
         return f"RopeScaling({self.record()})"
+
+    @property
+    def kind(self) -> str:
+        """frequencies or attention (the table's kinds)."""
+        return METHODS[self.method].kind
 
     @property
     def follows_window(self) -> bool:

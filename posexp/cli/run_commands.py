@@ -326,7 +326,7 @@ def finetune(
     weights with a fresh optimizer and learning-rate schedule for train.tokens, then scores
     it like posexp train. Overrides may change train.*, eval.*, encoding.scaling.*, seed,
     device, attention, logger.*, results_dir, experiment and run_name; the rest is the
-    parent's. encoding.scaling=METHOD ({methods}) with
+    parent's. encoding.scaling=METHOD ({tunable}) with
     encoding.scaling.factor=S trains RoPE scaled, L being the length the weights were first
     trained at. The run's identity includes the parent's identity and weights hash; its
     default name is PARENT-ft, with -L<seq_len> and -<method><factor> when they change.
@@ -359,4 +359,5 @@ def finetune(
 
 # the help names the RoPE scaling methods the table has (posexp/scaling.py)
 for _command in (eval_, finetune):
-    _command.__doc__ = _command.__doc__.replace("{methods}", scaling.names())
+    _command.__doc__ = _command.__doc__.replace("{methods}", scaling.names()).replace(
+        "{tunable}", ", ".join(scaling.fine_tunable()))

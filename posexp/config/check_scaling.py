@@ -26,7 +26,7 @@ def _numbers(key: str, node: DictConfig, factors: list) -> None:
     for factor in factors:
         in_range(f"{key}.factor", factor, 1.0, 1e6)
     for param in scaling.all_params():
-        in_range(f"{key}.{param.name}", node[param.name], 0.0, 1e6, low_open=True)
+        in_range(f"{key}.{param.name}", node[param.name], 0.0, 1e6, low_open=not param.zero)
 
 
 def _computable(key: str, records: list[dict]) -> None:
@@ -70,13 +70,19 @@ def check_train_scaling(cfg: DictConfig, fine_tune: bool) -> None:
     node = OmegaConf.select(cfg, "encoding.scaling", default=None)
     if node is None:
         return
+    tunable = ", ".join(scaling.fine_tunable())
     if node.method is None:
         if node.factor != 1.0:
             raise UsageError("encoding.scaling.factor is set but encoding.scaling.method is "
-                             f"not; add encoding.scaling=METHOD ({scaling.names()})")
+                             f"not; add encoding.scaling=METHOD ({tunable})")
         return
-    if not isinstance(node.method, str) or node.method not in scaling.computed():
-        raise UsageError(f"encoding.scaling.method must be one of {scaling.names()}, "
+    if isinstance(node.method, str) and node.method in scaling.computed() and \
+            scaling.METHODS[node.method].eval_only:
+        raise UsageError(f"encoding.scaling={node.method} is applied at evaluation only, "
+                         "without training; score the run with "
+                         f"posexp eval RUN eval.rope_scaling={node.method}")
+    if not isinstance(node.method, str) or node.method not in scaling.fine_tunable():
+        raise UsageError(f"encoding.scaling.method must be one of {tunable}, "
                          f"got {node.method!r}")
     _needs_rope("encoding.scaling", "", cfg)
     if not fine_tune:
@@ -114,6 +120,8 @@ def check_eval_scaling(cfg: DictConfig) -> None:
         raise UsageError(f"{key}.factor is set but the only method is {scaling.PLAIN}, which "
                          "has none")
     scaled = [m for m in methods if m != scaling.PLAIN]
+    if scaled and factors != [1.0] and not any(scaling.METHODS[m].reads_factor for m in scaled):
+        raise UsageError(f"{key}.factor is set but {', '.join(scaled)} takes no factor")
     if scaled:
         _needs_rope(key, f"={','.join(scaled)}", cfg)
     _computable(key, [r for r in eval_scalings(cfg) if r is not None])

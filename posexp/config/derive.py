@@ -106,8 +106,10 @@ def eval_scalings(cfg: DictConfig) -> list[dict | None]:
         return [None]
     out: list[dict | None] = []
     for method in as_list(node.method):
-        out += [None] if method == scaling.PLAIN else [scaling.record(method, f, node)
-                                                       for f in as_list(node.factor)]
+        for rec in [None] if method == scaling.PLAIN else [scaling.record(method, f, node)
+                                                           for f in as_list(node.factor)]:
+            if rec not in out:  # a method without a factor (ReRoPE) is scored once
+                out.append(rec)
     return out
 
 

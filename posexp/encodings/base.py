@@ -12,11 +12,16 @@ which of these an encoding has.  A bias of the distance i - j alone is a ``Dista
 one block of it serves every block of queries.  A bias that depends on what a layer reads
 (FoX's forget gates) is bound to that layer's input by ``at_layer``, and the bias it returns
 is ``batched``: one per sequence of the batch.
+
+At evaluation, a RoPE run scored with Self-Extend or ReRoPE (posexp/scaling.py's ``attention``
+methods) also gives an ``Extension``: the keys at least a window back are scored with the
+queries and keys rotated at other positions, and the queries may be scaled.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -25,6 +30,18 @@ from torch import nn
 ScoreMod = Callable[..., torch.Tensor]
 # (cos, sin), each [seq_len, d_head] in float32
 Rotation = tuple[torch.Tensor, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Extension:
+    """What a training-free extension changes in attention at evaluation: keys j <= i -
+    ``window`` are scored with the queries rotated by ``far_q`` and the keys by ``far_k``
+    (Self-Extend, ReRoPE), and ``q_scale`` [seq, 1] (or None) multiplies every query first."""
+
+    window: int
+    far_q: Rotation
+    far_k: Rotation
+    q_scale: torch.Tensor | None = None
 
 
 class ScoreBias:
@@ -111,6 +128,10 @@ class PositionalEncoding(nn.Module, ScoreBias):
         Both are ``rotary`` unless the encoding treats them apart (xPos)."""
         shared = self.rotary(seq_len, device)
         return None if shared is None else (shared, shared)
+
+    def extension(self, seq_len: int, device: torch.device) -> Extension | None:
+        """The Self-Extend or ReRoPE it is scored with over seq_len positions, or None."""
+        return None
 
     # --- randomized positions (Ruoss et al., ACL 2023): training reads, for each sequence,
     # positions [batch, seq] (sorted, distinct) instead of 0..seq-1.  The tables of a length

@@ -10,7 +10,9 @@ cache grows when a longer input arrives.
 
 A context-extension scaling (``rope_scaling.py``: PI, NTK-aware, dynamic NTK, YaRN, Llama 3)
 can be switched on or off at any time with ``set_scaling``, without touching the weights:
-evaluation scores a trained run with it, and a fine-tune trains with it.
+evaluation scores a trained run with it, and a fine-tune trains with it.  Self-Extend and
+ReRoPE keep the frequencies and give, at evaluation, the rotations of the keys beyond their
+window (``extension``).
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ from dataclasses import dataclass
 
 import torch
 
-from posexp.encodings.base import PositionalEncoding
+from posexp.encodings.base import Extension, PositionalEncoding, Rotation
 from posexp.encodings.registry import EncodingSpec, ModelShape, register, require
-from posexp.encodings.rope_scaling import rope_frequencies
+from posexp.encodings.rope_scaling import far_positions, rope_frequencies
 from posexp.scaling import RopeScaling
 
 
@@ -31,8 +33,9 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate x [..., seq, d_head] by cos/sin [seq, d_head]; the math runs in float32."""
-    xf = x.float()
+    """Rotate x [..., seq, d_head] by cos/sin [seq, d_head]; the math runs in float32 at
+    least (a float64 model's in float64, with the float32 tables)."""
+    xf = x.to(torch.promote_types(x.dtype, torch.float32))
     return (xf * cos + rotate_half(xf) * sin).to(x.dtype)
 
 
@@ -75,15 +78,29 @@ class RotaryPositions(PositionalEncoding):
             inv_freq, scale = rope_frequencies(
                 self.d_head, self.base, self.scaling, self.original_len, seq_len
             )
-            # inv_freq is rounded to float32 (as transformers keeps it); angles are float64
             positions = torch.arange(seq_len, device=device, dtype=torch.float64)
-            angles = positions[:, None] * inv_freq.float().to(device, torch.float64)
-            angles = torch.cat((angles, angles), dim=-1)
-            # YaRN's temperature multiplies cos and sin, so q.k by scale^2 (transformers'
-            # attention_scaling); for every other method scale is 1.0, a no-op
-            self.cos, self.sin = (angles.cos() * scale).float(), (angles.sin() * scale).float()
+            self.cos, self.sin = _table(positions, inv_freq, scale)
             self._cached_window = window
         return self.cos[:seq_len], self.sin[:seq_len]
+
+    def extension(self, seq_len: int, device: torch.device) -> Extension | None:
+        far = far_positions(self.scaling, self.original_len, seq_len)
+        if far is None:
+            return None
+        inv_freq, _ = rope_frequencies(self.d_head, self.base)
+        q_scale = None if far.q_scale is None else far.q_scale.to(device)[:, None]
+        return Extension(far.window, _table(far.q.to(device), inv_freq),
+                         _table(far.k.to(device), inv_freq), q_scale)
+
+
+def _table(positions: torch.Tensor, inv_freq: torch.Tensor, scale: float = 1.0) -> Rotation:
+    """(cos, sin) [len, d_head] float32 at these positions (float64, not necessarily whole).
+    inv_freq is rounded to float32 (as transformers keeps it); angles are float64.  YaRN's
+    temperature ``scale`` multiplies cos and sin, so q.k by scale^2 (transformers'
+    attention_scaling); for every other method it is 1.0, a no-op."""
+    angles = positions[:, None] * inv_freq.float().to(positions.device, torch.float64)
+    angles = torch.cat((angles, angles), dim=-1)
+    return (angles.cos() * scale).float(), (angles.sin() * scale).float()
 
 
 @dataclass(frozen=True)

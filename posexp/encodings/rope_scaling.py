@@ -25,6 +25,24 @@ of the window being scored.  The formulas are those of transformers'
   get theta_i / s, and in between the blend is linear in L / wavelength.
 
 Factor 1 gives plain RoPE exactly for every method but ``dynamic`` above L (see above).
+
+Self-Extend and ReRoPE (the table's ``attention`` kind) keep theta.  Each key at least a window
+W back (i - j >= W) is scored with the query and the key rotated at other positions, which
+``FarPositions`` gives (float64, one per position); keys nearer keep i and j
+(posexp/attention.py merges the two scores before the softmax).  W is a fraction of L, in
+tokens (``scaling.window_tokens``).
+
+- ``self_extend`` (Jin et al., ICML 2024; datamllab/LongLM, ``self_extend_patch/Llama.py``):
+  the group size G is the factor; queries at floor(i / G) + W - W / G and keys at
+  floor(j / G), so the distance is floor-divided by G beyond the window and continues from W
+  at its edge.  (The reference code's W / G is a true division where it prefills, as here.)
+- ``rerope`` (Su 2023; bojone/rerope, ``rerope_patch.py``): queries at W, keys at 0 -- every
+  distance beyond the window is W.
+- ``leaky_rerope`` (``leaky_rerope_patch.py``): the leak k is the factor; queries at
+  i / k + W - W / k and keys at j / k, so distances beyond W grow by 1 / k a token.  k = 1 is
+  plain RoPE; ReRoPE is its limit k -> infinity.
+- ReRoPE's code (both patches) also multiplies each query i by max(1, log(i + 1) / log L):
+  ``logn`` = 1, the default; 0 leaves the queries as they are.
 """
 
 from __future__ import annotations
@@ -32,10 +50,11 @@ from __future__ import annotations
 import importlib
 import math
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 
-from posexp.scaling import METHODS, RopeScaling, yarn_ramp
+from posexp.scaling import ATTENTION, METHODS, RopeScaling, window_tokens, yarn_ramp
 
 
 def plain_inv_freq(d: int, base: float) -> torch.Tensor:
@@ -82,7 +101,43 @@ def llama3(s: RopeScaling, d: int, base: float, L: int, T: int) -> tuple[torch.T
     return _blend(inv_freq, s.factor, keep.clamp(0, 1)), 1.0
 
 
-Formula = Callable[[RopeScaling, int, float, int, int], tuple[torch.Tensor, float]]
+class FarPositions(NamedTuple):
+    """What an ``attention`` method changes over a window of T positions: keys at least
+    ``window`` back are scored with the queries at ``q`` and the keys at ``k`` (float64 [T]);
+    ``q_scale`` (float64 [T], or None) multiplies every query."""
+
+    window: int
+    q: torch.Tensor
+    k: torch.Tensor
+    q_scale: torch.Tensor | None = None
+
+
+def _logn(s: RopeScaling, L: int, i: torch.Tensor) -> torch.Tensor | None:
+    """ReRoPE's query scale max(1, log(i + 1) / log L), when its logn is on."""
+    if not s.params["logn"] or L < 2:
+        return None
+    return (torch.log(i + 1) / math.log(L)).clamp(min=1.0)
+
+
+def self_extend(s: RopeScaling, L: int, T: int) -> FarPositions:
+    W, G = window_tokens(s.params["neighbor_window"], L), s.factor
+    i = torch.arange(T, dtype=torch.float64)
+    return FarPositions(W, torch.floor(i / G) + W - W / G, torch.floor(i / G))
+
+
+def rerope(s: RopeScaling, L: int, T: int) -> FarPositions:
+    W = window_tokens(s.params["window"], L)
+    i = torch.arange(T, dtype=torch.float64)
+    return FarPositions(W, torch.full_like(i, W), torch.zeros_like(i), _logn(s, L, i))
+
+
+def leaky_rerope(s: RopeScaling, L: int, T: int) -> FarPositions:
+    W, k = window_tokens(s.params["window"], L), s.factor
+    i = torch.arange(T, dtype=torch.float64)
+    return FarPositions(W, i / k + W - W / k, i / k, _logn(s, L, i))
+
+
+Formula = Callable[..., tuple[torch.Tensor, float] | FarPositions]
 
 
 def formula(method: str) -> Formula:
@@ -115,7 +170,7 @@ def rope_frequencies(
     of the window about to be scored (read by ``dynamic`` only).  attention_scale multiplies
     cos and sin, hence every attention score by its square.
     """
-    if scaling is None:
+    if scaling is None or scaling.kind == ATTENTION:  # Self-Extend, ReRoPE keep theta
         return plain_inv_freq(d, base), 1.0
     if original_len is None or original_len < 1:
         raise ValueError(f"RoPE scaling needs the training length, got {original_len}")
@@ -124,3 +179,14 @@ def rope_frequencies(
     if scaling.follows_window and window_len is None:
         raise ValueError("dynamic RoPE scaling needs the window length")
     return formula(scaling.method)(scaling, d, base, original_len, window_len)
+
+
+def far_positions(scaling: RopeScaling | None, original_len: int | None,
+                  window_len: int) -> FarPositions | None:
+    """The far positions of an ``attention`` method over a window of ``window_len``
+    positions (None for any other scaling, or none)."""
+    if scaling is None or scaling.kind != ATTENTION:
+        return None
+    if original_len is None or original_len < 1:
+        raise ValueError(f"RoPE scaling needs the training length, got {original_len}")
+    return formula(scaling.method)(scaling, original_len, window_len)

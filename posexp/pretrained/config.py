@@ -258,6 +258,10 @@ def scalings(cfg: DictConfig) -> list[dict | None]:
     for method in methods:
         if method == scaling.PLAIN:
             out.append(None)
+        elif method in scaling.METHODS and scaling.METHODS[method].eval_only:
+            raise UsageError(f"eval.rope_scaling={method} runs in posexp's own attention, and "
+                             "a pretrained model attends with transformers' code, which posexp "
+                             "does not patch; score a run trained here with it")
         elif method in scaling.METHODS and scaling.METHODS[method].model_factors:
             out += [{"method": method, "factor": float(f)} for f in factors]
         elif method in scaling.METHODS:

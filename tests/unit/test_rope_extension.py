@@ -62,7 +62,20 @@ def test_shorthands_and_comma_lists_ask_for_every_method_at_every_factor(tmp_pat
 
 @pytest.mark.parametrize("overrides,message", [
     (["eval.rope_scaling=pi"], "eval.rope_scaling.method must be one of plain, linear, ntk, "
-                               "dynamic, yarn, llama3 or a list of them"),
+                               "dynamic, yarn, llama3, self_extend, rerope, leaky_rerope or a "
+                               "list of them"),
+    (["eval.rope_scaling=rerope", "eval.rope_scaling.factor=4"],
+     "eval.rope_scaling.factor is set but rerope takes no factor"),
+    (["eval.rope_scaling=self_extend", "eval.rope_scaling.neighbor_window=1.5"],
+     "eval.rope_scaling: neighbor_window is a fraction of the training length L, above 0 and "
+     "below 1; got 1.5"),
+    (["eval.rope_scaling=rerope", "eval.rope_scaling.logn=-1"],
+     "eval.rope_scaling.logn must be a finite number in [0, "),
+    (["eval.rope_scaling=leaky_rerope", "eval.rope_scaling.logn=0.5"], "logn is 1"),
+    (["eval.rope_scaling=yarn", "eval.rope_scaling.window=0.5"],
+     "eval.rope_scaling.window is set, but eval.rope_scaling=yarn does not read it"),
+    (["encoding.scaling=self_extend", "encoding.scaling.factor=4"],
+     "encoding.scaling=self_extend is applied at evaluation only"),
     (["eval.rope_scaling.factor=4"], "eval.rope_scaling.factor is set but "
                                      "eval.rope_scaling.method is not"),
     (["eval.rope_scaling=yarn", "eval.rope_scaling.factor=0.5"],
