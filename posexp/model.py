@@ -15,7 +15,8 @@ from posexp.attention import causal_attention
 from posexp.encodings import ModelShape, PositionalEncoding, build_encoding
 from posexp.encodings.base import Extension, Rotation
 from posexp.encodings.rope import apply_rotary
-from posexp.scaling import RopeScaling
+from posexp.encodings.rope_scaling import query_scale
+from posexp.scaling import TEMPERATURE, RopeScaling
 
 
 @dataclass(frozen=True)
@@ -56,11 +57,11 @@ class CausalSelfAttention(nn.Module):
         b, t, d = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.n_head, d // self.n_head).permute(2, 0, 3, 1, 4)
         far = None
-        if extension is not None:  # Self-Extend, ReRoPE: far keys read other rotations
-            if extension.q_scale is not None:
-                q = q * extension.q_scale.to(q.dtype)
-            far = (apply_rotary(q, *extension.far_q), apply_rotary(k, *extension.far_k),
-                   extension.window)
+        if extension is not None and extension.q_scale is not None:  # a temperature
+            q = q * extension.q_scale.to(q.dtype)
+        if extension is not None and extension.window is not None:  # Self-Extend, ReRoPE:
+            far = (apply_rotary(q, *extension.far_q),  # far keys read other rotations
+                   apply_rotary(k, *extension.far_k), extension.window)
         if rotary is not None:
             q, k = apply_rotary(q, *rotary[0]), apply_rotary(k, *rotary[1])
         if bias is not None:
@@ -101,6 +102,7 @@ class GPT(nn.Module):
             cfg.encoding_hparams, cfg.base, cfg.max_positions,
         )
         self.drop = nn.Dropout(cfg.dropout)
+        self.temperature: tuple[RopeScaling, int | None] | None = None  # set_rope_scaling's
         self.blocks = nn.ModuleList(Block(cfg, layer) for layer in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
@@ -127,15 +129,26 @@ class GPT(nn.Module):
     def set_rope_scaling(
         self, scaling: RopeScaling | None, original_len: int | None = None
     ) -> None:
-        """Score or fine-tune with RoPE scaled for context extension; None restores plain RoPE.
+        """Score or fine-tune with RoPE scaled for context extension, or score with a
+        temperature on the queries (any encoding); None restores the model as trained.
 
         original_len is the length the weights were first trained at (train.seq_len; for a
-        fine-tune, its parent's).  Only cos and sin change (posexp/encodings/rope_scaling.py);
-        the weights and the checkpoint do not.
+        fine-tune, its parent's).  Only cos and sin change (posexp/encodings/rope_scaling.py),
+        or the queries are scaled; the weights and the checkpoint do not.
         """
-        if not self.encoding.rope_scalable:
+        temperature = scaling is not None and scaling.kind == TEMPERATURE
+        if scaling is not None and not temperature and not self.encoding.rope_scalable:
             raise ValueError(f"RoPE scaling needs encoding=rope, not {self.cfg.encoding}")
-        self.encoding.set_scaling(scaling, original_len)
+        if self.encoding.rope_scalable:
+            self.encoding.set_scaling(None if temperature else scaling, original_len)
+        query_scale(scaling, original_len, 1)  # raises here on one that cannot be computed
+        self.temperature = (scaling, original_len) if temperature else None
+
+    def _temperature(self, seq_len: int, device: torch.device) -> Extension | None:
+        """The temperature it is scored with over seq_len queries, as an Extension."""
+        if self.temperature is None:
+            return None
+        return Extension(q_scale=query_scale(*self.temperature, seq_len).to(device)[:, None])
 
     def n_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
@@ -154,15 +167,17 @@ class GPT(nn.Module):
         if pe is not None:
             x = x + pe
         x = self.drop(x)
-        # one per encoding: its rotations, and at evaluation its Self-Extend or ReRoPE
+        # one per encoding: its rotations, and at evaluation its Self-Extend or ReRoPE, or
+        # the model's temperature
         rotations: dict[int, tuple[tuple[Rotation, Rotation] | None, Extension | None]] = {}
+        temperature = self._temperature(seq_len, idx.device)
         for layer, block in enumerate(self.blocks):
             encoding = self.encoding.layer_encoding(layer)
             if id(encoding) not in rotations:
                 rotations[id(encoding)] = (
                     (encoding.rotary_qk(seq_len, idx.device),
-                     encoding.extension(seq_len, idx.device)) if positions is None
-                    else (encoding.rotary_qk_at(positions), None))
+                     temperature or encoding.extension(seq_len, idx.device))
+                    if positions is None else (encoding.rotary_qk_at(positions), None))
             bias = encoding if encoding.bias_kernels else None
             x = block(x, rotations[id(encoding)][0], bias, positions, rotations[id(encoding)][1])
         return self.ln_f(x)

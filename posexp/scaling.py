@@ -1,10 +1,12 @@
 """RoPE context-extension methods: the one table of their names, parameters and defaults.
 
-A method is of one of two kinds.  Most change only RoPE's inverse frequencies (and YaRN its
+A method is of one of three kinds.  Most change only RoPE's inverse frequencies (and YaRN its
 attention temperature): ``frequencies``.  Self-Extend and ReRoPE (``attention``) keep the
 frequencies and score each key at least a window back with the query and key rotated at
 other positions, the two scores merged by distance before the softmax; ReRoPE also scales
-its queries by log n.  They are applied at evaluation by posexp's own attention, so neither a
+its queries by log n.  A ``temperature`` (Llama 4's, YaRN's, log n) only multiplies each
+query by a factor of its position or of the window's length, in every layer of a run of any
+encoding.  The last two are applied at evaluation by posexp's own attention, so neither a
 fine-tune nor a pretrained model takes them.  Each entry names its formula, a function
 ("module:function", imported when a run is scored; posexp's own are in
 ``posexp/encodings/rope_scaling.py``).  LongRoPE, whose factors a pretrained model supplies,
@@ -28,7 +30,8 @@ from dataclasses import dataclass
 PLAIN = "plain"  # in a list of eval.rope_scaling methods: RoPE as trained, unscaled
 
 
-FREQUENCIES, ATTENTION = "frequencies", "attention"  # the kinds of method (Method.kind)
+# the kinds of method (Method.kind)
+FREQUENCIES, ATTENTION, TEMPERATURE = "frequencies", "attention", "temperature"
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,8 @@ class Method:
     hf_rope_type: str | None = None
     hf_original_len: bool = False
     # its formula, "module:function".  frequencies: (scaling, d, base, L, T) -> (inv_freq
-    # float64 [d/2], factor on cos and sin); attention: (scaling, L, T) -> FarPositions.
+    # float64 [d/2], factor on cos and sin); attention: (scaling, L, T) -> FarPositions;
+    # temperature: (scaling, L, T) -> the factor on each query, float64 [T].
     # None: the model supplies its per-pair factors (LongRoPE, as Phi-3 does), so only a
     # pretrained model that has them takes it (not among computed())
     formula: str | None = None
@@ -64,7 +68,12 @@ class Method:
     @property
     def eval_only(self) -> bool:
         """Applied by posexp's attention at evaluation: no fine-tune, no pretrained model."""
-        return self.kind == ATTENTION
+        return self.kind != FREQUENCIES
+
+    @property
+    def needs_rope(self) -> bool:
+        """Whether it changes RoPE (a temperature applies to a run of any encoding)."""
+        return self.kind != TEMPERATURE
 
     @property
     def model_factors(self) -> bool:
@@ -170,6 +179,19 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method("leaky_rerope", "Leaky ReRoPE", "Su 2023, Rectified Rotary Position Embeddings "
            "(github.com/bojone/rerope), the leak k as the factor", (_WINDOW, _LOGN),
            _window_rule("window", True), formula=f"{OURS}:leaky_rerope", kind=ATTENTION),
+    Method("llama4_temperature", "Llama 4 temperature", "Meta, Llama 4 "
+           "attn_temperature_tuning (transformers' Llama4TextAttention)",
+           (Param("attn_scale", 0.1, "query i x (1 + attn_scale ln(1 + floor((i + 1) / "
+                  "floor_scale)))"),
+            Param("floor_scale", 1.0, "in multiples of L (Llama 4's 8,192 is its attention "
+                  "chunk size)")),
+           formula=f"{OURS}:llama4_temperature", kind=TEMPERATURE, reads_factor=False),
+    Method("yarn_temperature", "YaRN temperature", "Peng et al., ICLR 2024 "
+           "(arXiv:2309.00071), sec. 3.4, with s the window's length over L",
+           formula=f"{OURS}:yarn_temperature", kind=TEMPERATURE, reads_factor=False),
+    Method("logn_temperature", "log-n temperature", "Chiang & Cholak, ACL 2022 "
+           "(arXiv:2202.12172); Su 2021, the log n of ReRoPE's code",
+           formula=f"{OURS}:logn_temperature", kind=TEMPERATURE, reads_factor=False),
     Method("longrope", "LongRoPE", "Ding et al., ICML 2024 (arXiv:2402.13753), with the "
            "model's own factors", hf_rope_type="longrope", hf_original_len=True),
 )}
@@ -281,7 +303,7 @@ class RopeScaling:
 
     @property
     def kind(self) -> str:
-        """frequencies or attention (the table's kinds)."""
+        """frequencies, attention or temperature (the table's kinds)."""
         return METHODS[self.method].kind
 
     @property

@@ -120,8 +120,9 @@ def check_eval_scaling(cfg: DictConfig) -> None:
         raise UsageError(f"{key}.factor is set but the only method is {scaling.PLAIN}, which "
                          "has none")
     scaled = [m for m in methods if m != scaling.PLAIN]
+    rope = [m for m in scaled if scaling.METHODS[m].needs_rope]
     if scaled and factors != [1.0] and not any(scaling.METHODS[m].reads_factor for m in scaled):
         raise UsageError(f"{key}.factor is set but {', '.join(scaled)} takes no factor")
-    if scaled:
-        _needs_rope(key, f"={','.join(scaled)}", cfg)
+    if rope:
+        _needs_rope(key, f"={','.join(rope)}", cfg)
     _computable(key, [r for r in eval_scalings(cfg) if r is not None])

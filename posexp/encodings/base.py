@@ -36,11 +36,12 @@ Rotation = tuple[torch.Tensor, torch.Tensor]
 class Extension:
     """What a training-free extension changes in attention at evaluation: keys j <= i -
     ``window`` are scored with the queries rotated by ``far_q`` and the keys by ``far_k``
-    (Self-Extend, ReRoPE), and ``q_scale`` [seq, 1] (or None) multiplies every query first."""
+    (Self-Extend, ReRoPE; None: none are), and ``q_scale`` [seq, 1] (or None) multiplies
+    every query first (ReRoPE's log n; a temperature, the model's own)."""
 
-    window: int
-    far_q: Rotation
-    far_k: Rotation
+    window: int | None = None
+    far_q: Rotation | None = None
+    far_k: Rotation | None = None
     q_scale: torch.Tensor | None = None
 
 

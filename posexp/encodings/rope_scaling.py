@@ -43,6 +43,16 @@ tokens (``scaling.window_tokens``).
   plain RoPE; ReRoPE is its limit k -> infinity.
 - ReRoPE's code (both patches) also multiplies each query i by max(1, log(i + 1) / log L):
   ``logn`` = 1, the default; 0 leaves the queries as they are.
+
+A ``temperature`` keeps RoPE as it is (or the run's encoding, whatever it is) and multiplies
+each query i of every layer by a factor, so that every score q_i . k_j is multiplied by it:
+
+- ``llama4_temperature`` (transformers' ``Llama4TextAttention``): 1 + attn_scale ln(1 +
+  floor((i + 1) / F)), F = floor_scale x L; Llama 4 applies it in its NoPE layers only.
+- ``yarn_temperature`` (Peng et al. sec. 3.4): (0.1 ln s + 1)^2 with s = max(1, T / L), the
+  square because YaRN multiplies both q and k by 0.1 ln s + 1 (its sqrt(1/t)).
+- ``logn_temperature`` (Chiang & Cholak 2022; Su 2021): max(1, log(i + 1) / log L), ReRoPE's
+  log n on its own.
 """
 
 from __future__ import annotations
@@ -54,7 +64,15 @@ from typing import NamedTuple
 
 import torch
 
-from posexp.scaling import ATTENTION, METHODS, RopeScaling, window_tokens, yarn_ramp
+from posexp.scaling import (
+    ATTENTION,
+    FREQUENCIES,
+    METHODS,
+    TEMPERATURE,
+    RopeScaling,
+    window_tokens,
+    yarn_ramp,
+)
 
 
 def plain_inv_freq(d: int, base: float) -> torch.Tensor:
@@ -119,6 +137,21 @@ def _logn(s: RopeScaling, L: int, i: torch.Tensor) -> torch.Tensor | None:
     return (torch.log(i + 1) / math.log(L)).clamp(min=1.0)
 
 
+def llama4_temperature(s: RopeScaling, L: int, T: int) -> torch.Tensor:
+    floor = window_tokens(s.params["floor_scale"], L)
+    i = torch.arange(T, dtype=torch.float64)
+    return 1 + s.params["attn_scale"] * torch.log1p(torch.floor((i + 1) / floor))
+
+
+def yarn_temperature(s: RopeScaling, L: int, T: int) -> torch.Tensor:
+    return torch.full((T,), (0.1 * math.log(max(1.0, T / L)) + 1) ** 2, dtype=torch.float64)
+
+
+def logn_temperature(s: RopeScaling, L: int, T: int) -> torch.Tensor:
+    i = torch.arange(T, dtype=torch.float64)
+    return (torch.log(i + 1) / math.log(L)).clamp(min=1.0) if L > 1 else torch.ones_like(i)
+
+
 def self_extend(s: RopeScaling, L: int, T: int) -> FarPositions:
     W, G = window_tokens(s.params["neighbor_window"], L), s.factor
     i = torch.arange(T, dtype=torch.float64)
@@ -137,7 +170,7 @@ def leaky_rerope(s: RopeScaling, L: int, T: int) -> FarPositions:
     return FarPositions(W, i / k + W - W / k, i / k, _logn(s, L, i))
 
 
-Formula = Callable[..., tuple[torch.Tensor, float] | FarPositions]
+Formula = Callable[..., tuple[torch.Tensor, float] | FarPositions | torch.Tensor]
 
 
 def formula(method: str) -> Formula:
@@ -170,7 +203,7 @@ def rope_frequencies(
     of the window about to be scored (read by ``dynamic`` only).  attention_scale multiplies
     cos and sin, hence every attention score by its square.
     """
-    if scaling is None or scaling.kind == ATTENTION:  # Self-Extend, ReRoPE keep theta
+    if scaling is None or scaling.kind != FREQUENCIES:  # Self-Extend, ReRoPE keep theta
         return plain_inv_freq(d, base), 1.0
     if original_len is None or original_len < 1:
         raise ValueError(f"RoPE scaling needs the training length, got {original_len}")
@@ -186,6 +219,17 @@ def far_positions(scaling: RopeScaling | None, original_len: int | None,
     """The far positions of an ``attention`` method over a window of ``window_len``
     positions (None for any other scaling, or none)."""
     if scaling is None or scaling.kind != ATTENTION:
+        return None
+    if original_len is None or original_len < 1:
+        raise ValueError(f"RoPE scaling needs the training length, got {original_len}")
+    return formula(scaling.method)(scaling, original_len, window_len)
+
+
+def query_scale(scaling: RopeScaling | None, original_len: int | None,
+                window_len: int) -> torch.Tensor | None:
+    """A ``temperature``'s factor on each of ``window_len`` queries, float64 (None for any
+    other scaling, or none)."""
+    if scaling is None or scaling.kind != TEMPERATURE:
         return None
     if original_len is None or original_len < 1:
         raise ValueError(f"RoPE scaling needs the training length, got {original_len}")

@@ -62,7 +62,8 @@ def test_shorthands_and_comma_lists_ask_for_every_method_at_every_factor(tmp_pat
 
 @pytest.mark.parametrize("overrides,message", [
     (["eval.rope_scaling=pi"], "eval.rope_scaling.method must be one of plain, linear, ntk, "
-                               "dynamic, yarn, llama3, self_extend, rerope, leaky_rerope or a "
+                               "dynamic, yarn, llama3, self_extend, rerope, leaky_rerope, "
+                               "llama4_temperature, yarn_temperature, logn_temperature or a "
                                "list of them"),
     (["eval.rope_scaling=rerope", "eval.rope_scaling.factor=4"],
      "eval.rope_scaling.factor is set but rerope takes no factor"),
@@ -74,6 +75,12 @@ def test_shorthands_and_comma_lists_ask_for_every_method_at_every_factor(tmp_pat
     (["eval.rope_scaling=leaky_rerope", "eval.rope_scaling.logn=0.5"], "logn is 1"),
     (["eval.rope_scaling=yarn", "eval.rope_scaling.window=0.5"],
      "eval.rope_scaling.window is set, but eval.rope_scaling=yarn does not read it"),
+    (["eval.rope_scaling=llama4_temperature,yarn_temperature", "eval.rope_scaling.factor=2"],
+     "llama4_temperature, yarn_temperature takes no factor"),
+    (["encoding=alibi", "eval.rope_scaling=llama4_temperature,yarn"],
+     "eval.rope_scaling=yarn needs encoding=rope"),
+    (["encoding.scaling=llama4_temperature"],
+     "encoding.scaling=llama4_temperature is applied at evaluation only"),
     (["encoding.scaling=self_extend", "encoding.scaling.factor=4"],
      "encoding.scaling=self_extend is applied at evaluation only"),
     (["eval.rope_scaling.factor=4"], "eval.rope_scaling.factor is set but "
