@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
 
+from posexp import scaling
 from posexp.config.derive import NUMERICS, resolve
 from posexp.config.keys import flatten
 
@@ -60,7 +61,22 @@ def identity(cfg: DictConfig, trained_on: str | None = None) -> dict:
         if flat.get(f"{node}.{key}") is None:
             flat = {k: v for k, v in flat.items() if not k.startswith(f"{node}.")}
     flat = {k: v for k, v in flat.items() if not (k in OPTIONAL_KEYS and v is None)}
-    return {k: v for k, v in flat.items() if in_identity(k)}
+    return own_scaling_params({k: v for k, v in flat.items() if in_identity(k)})
+
+
+SCALING = "encoding.scaling"
+
+
+def own_scaling_params(ident: dict) -> dict:
+    """An identity whose RoPE scaling (a fine-tune's encoding.scaling) holds only the
+    parameters its method reads: a PI fine-tune trains the same weights whatever YaRN's betas
+    or ReRoPE's window are, and a method added to posexp's table later adds no key to the
+    identity of a run that does not use it.  An unknown method keeps every key."""
+    method = scaling.METHODS.get(ident.get(f"{SCALING}.method"))
+    if method is None:
+        return ident
+    own = {f"{SCALING}.{k}" for k in ("method", "factor", *(p.name for p in method.params))}
+    return {k: v for k, v in ident.items() if not k.startswith(f"{SCALING}.") or k in own}
 
 
 def identity_diff(a: dict, b: dict) -> list[str]:

@@ -32,7 +32,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 from omegaconf import DictConfig, OmegaConf
 
-from posexp.config.identity import LEGACY, LEGACY_BY_DEVICE, identity_diff
+from posexp.config.identity import LEGACY, LEGACY_BY_DEVICE, identity_diff, own_scaling_params
 from posexp.errors import InUse, PosexpError, UsageError
 from posexp.runs.configs import encoding_module, file_identity, identity_sha256, read_config
 from posexp.runs.files import (
@@ -267,6 +267,8 @@ class Run:
         if not isinstance(recorded, dict) or digest != identity_sha256(recorded):
             raise PosexpError(f"{self.path / RUN} is damaged: its identity record does not "
                               "match its identity_sha256")
+        # recorded before a scaling's identity held only its own method's parameters
+        recorded = own_scaling_params(recorded)
         ours = {k: v for k, v in current.items()
                 if k in recorded or k not in LEGACY or LEGACY[k] != v}
         if "train.precision" not in recorded:

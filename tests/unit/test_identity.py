@@ -174,3 +174,32 @@ def test_validation_loss_is_computed_without_dropout():
                            documents=Tiny.val_documents)
     assert curve[0]["documents"] == 4 and a == pytest.approx(curve[0]["loss"], rel=1e-12)
     model.train()
+
+
+def test_a_fine_tunes_scaling_is_identity_only_in_the_parameters_its_method_reads(tmp_path):
+    """A PI fine-tune trains the same weights whatever YaRN's betas or ReRoPE's window are:
+    its identity holds its method, factor and own parameters only, so a method added to the
+    table later leaves the identity of every run that does not use it as it was -- and a
+    run.json recorded while the identity still held every method's parameters is no edit."""
+    from posexp.runs import Run, identity_sha256
+
+    def scaled(method, *more):
+        return composed("encoding=rope", f"encoding.scaling.method={method}",
+                        "encoding.scaling.factor=4", *more)
+
+    linear, yarn = C.identity(scaled("linear")), C.identity(scaled("yarn"))
+    assert sorted(k for k in linear if k.startswith("encoding.scaling.")) == [
+        "encoding.scaling.factor", "encoding.scaling.method"]
+    assert {"encoding.scaling.beta_fast", "encoding.scaling.beta_slow"} < set(yarn)
+    other = OmegaConf.to_container(C.resolve(scaled("linear")), resolve=True)
+    other["encoding"]["scaling"] |= {"beta_fast": 8.0, "window": 0.5}  # unread (refused if set)
+    assert C.identity(OmegaConf.create(other)) == linear
+    assert C.identity_diff(yarn, C.identity(scaled("yarn", "encoding.scaling.beta_fast=8"))) \
+        == ["encoding.scaling.beta_fast: 32.0 -> 8.0"]
+
+    cfg = C.resolve(scaled("linear"))
+    Run.create(tmp_path / "ft", cfg)
+    info = Run(tmp_path / "ft").info()
+    info["identity"] |= {"encoding.scaling.beta_fast": 32.0, "encoding.scaling.beta_slow": 1.0}
+    info["identity_sha256"] = identity_sha256(info["identity"])  # as such a run recorded it
+    assert Run(tmp_path / "ft").check_identity(info) == linear
