@@ -33,8 +33,21 @@ class GPTConfig:
     tie_weights: bool = True
     init: str = "gpt2"  # model.init: gpt2 | torch (config/schema.py Init)
     attention: str = "auto"  # the score bias's kernel: auto | sdpa | flex | flash (attention.py)
+    # model.ssmax: SSMax's s_h, learned per head and layer, starting at this value; None:
+    # softmax
+    ssmax_init: float | None = None
     # encoding.hparams: the encoding's own hyperparameters; the paper's defaults where absent
     encoding_hparams: Mapping[str, Any] = field(default_factory=dict)
+
+
+def ssmax_scale(s: torch.Tensor, seq_len: int) -> torch.Tensor:
+    """SSMax's factor on the queries (Nakanishi 2025, eq. 2), [heads, seq_len, 1]: s_h log n,
+    where query i attends to n = i + 1 keys.  Multiplying each query by it multiplies its
+    logits z_ij by s_h log n, so that softmax reads n^(s_h z_ij): the largest weight no longer
+    fades as n grows.  In float32 at least: log n of a long window in bf16 rounds by 2^-5."""
+    dtype = torch.promote_types(s.dtype, torch.float32)
+    n = torch.arange(1, seq_len + 1, device=s.device, dtype=dtype)
+    return s.to(dtype)[:, None, None] * n.log()[:, None]
 
 
 class CausalSelfAttention(nn.Module):
@@ -45,6 +58,8 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
         self.dropout = cfg.dropout
         self.kernel = cfg.attention
+        if cfg.ssmax_init is not None:  # SSMax: s_h log n on each head's logits
+            self.ssmax = nn.Parameter(torch.full((cfg.n_head,), float(cfg.ssmax_init)))
 
     def forward(
         self,
@@ -57,6 +72,8 @@ class CausalSelfAttention(nn.Module):
         b, t, d = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.n_head, d // self.n_head).permute(2, 0, 3, 1, 4)
         far = None
+        if hasattr(self, "ssmax"):
+            q = q * ssmax_scale(self.ssmax, t).to(q.dtype)
         if extension is not None and extension.q_scale is not None:  # a temperature
             q = q * extension.q_scale.to(q.dtype)
         if extension is not None and extension.window is not None:  # Self-Extend, ReRoPE:

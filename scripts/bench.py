@@ -9,6 +9,7 @@ the attention kernels of every score-bias encoding agree.
     python scripts/bench.py --bias-kernels flex,sdpa    # one row per kernel for each
                                              # score-bias encoding (alibi, t5, kerple_*, fox,
                                              # fire), where it has that kernel
+    python scripts/bench.py --ssmax          # also each encoding with SSMax (model.ssmax)
     python scripts/bench.py --xtransformers  # side by side with x-transformers on the same
                                              # shapes, its defaults otherwise (eager; rotary
                                              # on half of each head, as it ships)
@@ -313,6 +314,8 @@ def parse_args() -> argparse.Namespace:
                    help="comma-separated kernels to time for each score-bias encoding, one row "
                    "each where the encoding has the kernel: auto, sdpa, flex, flash")
     p.add_argument("--compile", action="store_true", help="also time torch.compile")
+    p.add_argument("--ssmax", action="store_true",
+                   help="also time each encoding with SSMax (model.ssmax), as ENCODING+ssmax")
     p.add_argument("--xtransformers", action="store_true",
                    help="also time x-transformers (attn_flash=True) on the same shapes")
     p.add_argument("--out", type=Path, default=Path("results/bench"))
@@ -396,9 +399,10 @@ class Bench:
               + ", ".join(f"{m} {t['tok_per_s']:,.0f} tok/s" for m, t in row["train"].items()),
               file=sys.stderr)
 
-    def encoding(self, encoding: str, has: tuple[str, ...]) -> None:
+    def encoding(self, encoding: str, has: tuple[str, ...], ssmax: bool = False) -> None:
         """posexp's rows of ``encoding``, one per kernel asked for that it has (``has``)
-        and this machine runs; x-transformers' row, where it has the encoding."""
+        and this machine runs, with SSMax where ``ssmax`` (its s_h at 1 / ln L, as
+        model.ssmax starts); x-transformers' row, where it has the encoding."""
         args, device = self.args, self.device
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
         kernels = ([k for k in args.bias_kernels.split(",")
@@ -407,21 +411,24 @@ class Bench:
             torch.manual_seed(0)
             model = GPT(GPTConfig(vocab_size=256, d_model=args.d_model, n_layer=args.n_layer,
                                   n_head=args.n_head, d_ff=4 * args.d_model, encoding=encoding,
-                                  max_positions=args.seq_len, attention=kernel)).to(device)
+                                  max_positions=args.seq_len, attention=kernel,
+                                  ssmax_init=1 / np.log(args.seq_len) if ssmax else None)
+                        ).to(device)
             flops = flops_per_token(model, args.seq_len)
             # the kernel the model runs, for the label: auto's choice for a score bias, and
             # SDPA's own causal kernel without one
             kernel = (bias_kernel(kernel, torch.empty(0, device=device, dtype=dtype), 0.0,
                                   model.encoding) if has else "sdpa")
+            name = f"{encoding}+ssmax" if ssmax else encoding
             try:
-                self.measure(model, flops, {"model": "posexp", "encoding": encoding,
+                self.measure(model, flops, {"model": "posexp", "encoding": name,
                                             "attention": kernel})
             except Exception as e:  # one kernel's failure: the others go on
-                self.failed.append({"encoding": encoding, "attention": kernel,
+                self.failed.append({"encoding": name, "attention": kernel,
                                     "error": failure(e)})
-                print(f"posexp {encoding} {kernel}: failed: {failure(e)}", file=sys.stderr)
+                print(f"posexp {name} {kernel}: failed: {failure(e)}", file=sys.stderr)
                 self.write(complete=False)
-        if args.xtransformers and encoding in XT_ENCODINGS:
+        if args.xtransformers and encoding in XT_ENCODINGS and not ssmax:
             torch.manual_seed(0)
             xt = XTransformersLM(encoding, args, max(self.lengths)).to(device)
             self.measure(xt, flops, {"model": "x-transformers", "encoding": encoding,
@@ -443,6 +450,8 @@ def main() -> None:
                                        bench.available, checked, shape)
     for encoding in encodings:
         bench.encoding(encoding, has_kernels[encoding])
+        if args.ssmax:
+            bench.encoding(encoding, has_kernels[encoding], ssmax=True)
     # the peak again at the end, and the higher of the two: one measurement on a shared
     # machine can catch a busy moment and put MFU above 100%
     bench.peak = max(bench.peak, matmul_peak(bench.device, bench.peak_n))

@@ -150,6 +150,11 @@ def check_model(cfg: DictConfig) -> None:
             f"model.d_model ({m.d_model}) must be divisible by model.n_head ({m.n_head})"
         )
     in_range("model.dropout", m.dropout, 0.0, 1.0, high_open=True)
+    if m.get("ssmax_init") is not None:
+        if not m.ssmax:
+            raise UsageError("model.ssmax_init is set, but model.ssmax is false: add "
+                             "model.ssmax=true, or leave model.ssmax_init out")
+        in_range("model.ssmax_init", m.ssmax_init, 0.0, 100.0, low_open=True)
     # parameters counted from the shape: attention 4 d^2, MLP 2 d d_ff, embeddings, encoding
     d, d_ff = m.d_model, m.d_ff or 4 * m.d_model
     vocab = cfg.data.vocab_size if TokenizerKind(cfg.data.tokenizer) != TokenizerKind.byte \

@@ -29,6 +29,11 @@ NOT_IDENTITY = ("results_dir", "experiment", "run_name", "device", "attention", 
 OPTIONAL_NODES = (("encoding.scaling", "method"), ("parent", "identity"))
 # Keys that are off when null: then they are not identity either (as OPTIONAL_NODES).
 OPTIONAL_KEYS = ("train.random_positions", "encoding.module", "task")
+# Switches that are off at false: then neither they nor the keys only they read are identity
+# (as OPTIONAL_NODES).
+SWITCHES = {"model.ssmax": ("model.ssmax_init",)}
+# Every key an identity holds only where it is set: a run without it is one that has it off.
+OFF_UNLESS_SET = (*OPTIONAL_KEYS, *SWITCHES, *(k for reads in SWITCHES.values() for k in reads))
 # Keys a config written before posexp had them lacks, with the value such a run trained with.
 LEGACY = {"model.init": "gpt2"}
 # Keys a config written before posexp had them lacks, whose value follows the device the run
@@ -61,6 +66,9 @@ def identity(cfg: DictConfig, trained_on: str | None = None) -> dict:
         if flat.get(f"{node}.{key}") is None:
             flat = {k: v for k, v in flat.items() if not k.startswith(f"{node}.")}
     flat = {k: v for k, v in flat.items() if not (k in OPTIONAL_KEYS and v is None)}
+    for switch, reads in SWITCHES.items():
+        if not flat.get(switch):
+            flat = {k: v for k, v in flat.items() if k != switch and k not in reads}
     return own_scaling_params({k: v for k, v in flat.items() if in_identity(k)})
 
 

@@ -73,6 +73,10 @@ class ModelConfig:
     dropout: float = 0.0
     init: Init = Init.torch  # one initialisation for every encoding (docs/encodings.md)
     tie_weights: bool = False  # whether the output head shares the token embeddings, for all
+    # SSMax (Nakanishi 2025): every layer's logits x s_h log n, n the keys a query attends
+    # to, with s_h learned per head; false: softmax (and neither key is identity)
+    ssmax: bool = False
+    ssmax_init: float | None = None  # s_h at the start; null: 1 / ln L (softmax's, at n = L)
 
 
 # The parameters of every RoPE scaling method (posexp/scaling.py's table, the papers'

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, fields
 
-from posexp.config.identity import OPTIONAL_KEYS, SEED_KEYS
+from posexp.config.identity import OFF_UNLESS_SET, SEED_KEYS
 from posexp.report.style import ROLES, colour_curves, role
 from posexp.runs import MODES, Region, RunResult, point_scaling
 from posexp.runs import region as region_of
@@ -239,10 +239,10 @@ def label_keys(identities: list[dict]) -> list[str]:
 def label_parts(ident: dict, keys: list[str], names: dict[str, str]) -> list[tuple]:
     """(short name, value) of each label key for one series.  An encoding's own settings
     name only the series of encodings that have them (encoding.base only those that read
-    it), and a key that is off unless set (train.random_positions) only those that set it:
-    None for the others."""
+    it), and a key that is off unless set (train.random_positions, model.ssmax) only those
+    that set it: None for the others."""
     return [(names[k], _text(ident.get(k)) if (k in ident or not (
-        k.startswith("encoding.") or k in OPTIONAL_KEYS or PRETRAINED in ident))
+        k.startswith("encoding.") or k in OFF_UNLESS_SET or PRETRAINED in ident))
         and _reads(ident, k) else None) for k in keys]
 
 

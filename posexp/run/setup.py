@@ -3,6 +3,8 @@ spec (RoPE-scaled as a fine-tune with encoding.scaling trains and scores it)."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from posexp.config import RunSpec, check_device
@@ -72,10 +74,22 @@ def build_model(spec: RunSpec, vocab_size: int) -> GPT:
         d_ff=m.d_ff, encoding=e.name, max_positions=e.max_positions, base=e.base,
         dropout=m.dropout, tie_weights=m.tie_weights, init=Init(m.init).value,
         attention=Attention(spec.attention).value,
-        encoding_hparams=spec.encoding_hparams))
+        encoding_hparams=spec.encoding_hparams, ssmax_init=ssmax_init(spec)))
     if spec.train_scaling is not None:
         set_scaling(model, spec, spec.train_scaling)
     return model
+
+
+def ssmax_init(spec: RunSpec) -> float | None:
+    """SSMax's s_h at the start (model.ssmax_init), or None without SSMax.  By default 1 / ln
+    L of the length the weights were first trained at, so that at the start a query that
+    sees L keys has softmax's logits."""
+    m = spec.model
+    if not m.ssmax:
+        return None
+    if m.ssmax_init is not None:
+        return float(m.ssmax_init)
+    return 1.0 / math.log(spec.original_len or spec.train.seq_len)
 
 
 def set_scaling(model: GPT, spec: RunSpec, record: dict | None) -> None:
