@@ -19,6 +19,10 @@
 
   ``auto`` takes flash, then flex on CUDA where the encoding has them, and sdpa on the CPU,
   where it measured fastest; FIRE runs on sdpa everywhere.
+* A bias of the logits themselves (CoPE, ``reads_scores``): the logits of one block of
+  queries are written out, the encoding adds its bias to them, and softmax runs in float32
+  at least (``_contextual``): no fused kernel, and a block of at most BIAS_BLOCK_ELEMENTS / 4
+  logits, since about eight tensors of its size live at once.
 * Self-Extend or ReRoPE at evaluation (``far``): two scores for every pair, one from the
   queries and keys as rotated and one from their far rotations, merged by distance before
   the softmax (``_rectified``), one block of queries at a time.  No fused kernel takes two
@@ -94,6 +98,9 @@ def causal_attention(
         if _long_inference(q):
             return _causal_blocked(q, k, v)
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)
+    if bias.reads_scores:  # of the logits alone: positions change nothing
+        bias_kernel(kernel, q, dropout_p, bias)  # refuses a kernel that cannot apply it
+        return _contextual(q, k, v, bias, layer, dropout_p)
     if positions is not None:
         mask = bias.position_bias(layer, positions).to(q.dtype)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
@@ -163,6 +170,27 @@ def _rectified(q, k, v, far_q, far_k, window: int):
         scores = (scores / math.sqrt(d)).to(softmax_dtype).masked_fill(distance < 0,
                                                                        float("-inf"))
         out.append(scores.softmax(-1).to(v.dtype) @ v[:, :, :stop])
+    return torch.cat(out[::-1], dim=2)
+
+
+def _contextual(q, k, v, bias: ScoreBias, layer: int, dropout_p: float):
+    """softmax_j(z_ij + b_ij) v_j over keys j <= i, z = q . k / sqrt(d) and b the
+    encoding's contextual_bias of z: one block of queries at a time, the last first (as
+    _sdpa_blocked), in float32 at least."""
+    b, h, seq_len, d = q.shape
+    block = max(1, min(seq_len, BIAS_BLOCK_ELEMENTS // 4 // (b * h * seq_len)))
+    dtype = torch.promote_types(q.dtype, torch.float32)
+    keys = torch.arange(seq_len, device=q.device)
+    out = []
+    for start in reversed(range(0, seq_len, block)):
+        stop = min(start + block, seq_len)
+        later = keys[:stop] > torch.arange(start, stop, device=q.device)[:, None]
+        scores = (q[:, :, start:stop] @ k[:, :, :stop].transpose(-1, -2)).to(dtype)
+        scores = (scores / math.sqrt(d)).masked_fill(later, float("-inf"))
+        weights = (scores + bias.contextual_bias(layer, q[:, :, start:stop], scores)
+                   ).softmax(-1)
+        weights = F.dropout(weights, dropout_p) if dropout_p else weights
+        out.append(weights.to(v.dtype) @ v[:, :, :stop])
     return torch.cat(out[::-1], dim=2)
 
 

@@ -11,7 +11,9 @@ closed form; ``attention_slopes``, ALiBi's slopes for flash-attn.  ``bias_kernel
 which of these an encoding has.  A bias of the distance i - j alone is a ``DistanceBias``:
 one block of it serves every block of queries.  A bias that depends on what a layer reads
 (FoX's forget gates) is bound to that layer's input by ``at_layer``, and the bias it returns
-is ``batched``: one per sequence of the batch.
+is ``batched``: one per sequence of the batch.  A bias that depends on the attention logits
+themselves (CoPE's positions count gates of q . k) ``reads_scores``: the kernel computes a
+block of logits and asks ``contextual_bias`` for the bias to add to it.
 
 At evaluation, a RoPE run scored with Self-Extend or ReRoPE (posexp/scaling.py's ``attention``
 methods) also gives an ``Extension``: the keys at least a window back are scored with the
@@ -55,6 +57,16 @@ class ScoreBias:
     # Whether its score_bias is [batch, n_head, q_len, k_len], one per sequence (a bias
     # at_layer bound to a layer's input), rather than [n_head, q_len, k_len] for every one.
     batched: bool = False
+    # Whether its bias is a function of each block's logits (contextual_bias), not of the
+    # positions alone: the kernel then writes the logits out (CoPE).
+    reads_scores: bool = False
+
+    def contextual_bias(self, layer: int, q: torch.Tensor, scores: torch.Tensor
+                        ) -> torch.Tensor:
+        """[batch, n_head, q_len, k_len] bias of layer ``layer`` for a block of queries q
+        [batch, n_head, q_len, d_head] whose logits q . k / sqrt(d) are ``scores`` (-inf on
+        keys after their query), where ``reads_scores``."""
+        raise NotImplementedError(f"{type(self).__name__} reads no scores")
 
     def score_bias(
         self, layer: int, q_start: int, q_len: int, k_len: int, device: torch.device

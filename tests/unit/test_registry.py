@@ -36,7 +36,7 @@ def test_every_encoding_has_its_yaml_with_the_papers_defaults():
         # a default set relative to the run (FIRE's threshold starts at train.seq_len) is an
         # interpolation of the run's own config; every other is the dataclass's
         relative = {k for k, v in written.items() if v == "${train.seq_len}"}
-        assert relative <= {"init_L"} and set(written) == set(defaults), name
+        assert relative <= {"init_L", "npos_max"} and set(written) == set(defaults), name
         assert {k: v for k, v in written.items() if k not in relative} == {
             k: v for k, v in defaults.items() if k not in relative}, name
 
@@ -47,13 +47,16 @@ def test_registry_metadata():
     assert len({s.label for s in specs}) == len({s.order for s in specs}) == len(ENCODINGS)
     assert len({s.colour.lower() for s in specs}) == len(ENCODINGS)
     assert all(s.citation for s in specs)
-    assert [s.name for s in specs if not s.reads_positions] == ["fox", "nope"]
+    for spec in specs:  # reading no positions: no table, no rotation, no bias of them
+        built = encoding_config(spec.name, max_positions=16).build(SHAPE)
+        assert spec.reads_positions or (built.embedding(8, "cpu") is None
+                                        and built.rotary(8, "cpu") is None), spec.name
     assert [s.name for s in specs if s.position_table] == ["learned"]
     for name, spec in ENCODINGS.items():
         built = encoding_config(name, max_positions=16).build(SHAPE)
         assert type(built) is spec.module
     biased = {n for n, s in ENCODINGS.items() if s.module.bias_kernels}
-    assert biased == {"alibi", "t5", "kerple_log", "kerple_power", "fire", "fox"}
+    assert biased == {"alibi", "t5", "kerple_log", "kerple_power", "fire", "fox", "cope"}
     assert ENCODINGS["fire"].module.bias_kernels == ("sdpa",)
 
 

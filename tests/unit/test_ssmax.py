@@ -123,6 +123,7 @@ def test_ssmax_is_identity_only_when_on_and_starts_at_one_over_ln_L():
 def test_bad_ssmax_settings_are_refused_in_one_line(overrides, message):
     from tests.conftest import compose_args
 
+    C.register()
     with pytest.raises(UsageError, match=message) as e:
         compose_args(["encoding=rope", *overrides])
     assert "\n" not in str(e.value)
