@@ -1,5 +1,6 @@
-"""What the documentation quotes from committed reports, generated or checked, never typed:
-a number typed by hand drifts from the report it came from (the README once did).
+"""What the documentation quotes from committed reports and the registry of encodings,
+generated or checked, never typed: a number typed by hand drifts from the report it came
+from (the README once did), a list of encodings from the registry.
 
 * A verdict table sits between ``<!-- verdicts: DIR -->`` and ``<!-- /verdicts -->``, and is
   written from DIR/verdicts.json (``regenerate``; ``python -m posexp.claims.digest FILE...``
@@ -7,6 +8,9 @@ a number typed by hand drifts from the report it came from (the README once did)
 * A paragraph after ``<!-- numbers: DIR -->`` may quote numbers of DIR's report in prose;
   each decimal number in it must be one of the report's (summary.md, verdicts.md, as
   printed there or rounded to fewer places: ``unquoted``).
+
+* A table of encodings sits between ``<!-- encodings: KIND -->`` and ``<!-- /encodings -->``
+  (posexp/encodings/tables.py), written from the registry by the same command.
 
 DIR is relative to the repository root.  tests/unit/test_committed_results.py holds the
 documents to both."""
@@ -79,10 +83,12 @@ def unquoted(text: str, root: Path) -> list[str]:
 
 def main(files: list[str]) -> int:
     """Write the verdicts sections of ``files`` again, from the reports under the current
-    directory (the repository root)."""
+    directory (the repository root), and their tables of encodings from the registry."""
+    from posexp.encodings import tables  # the registry imports torch: only when writing
+
     for name in files:
         path = Path(name)
-        path.write_text(regenerate(path.read_text(), Path.cwd()))
+        path.write_text(tables.regenerate(regenerate(path.read_text(), Path.cwd())))
     return 0
 
 

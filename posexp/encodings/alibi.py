@@ -58,4 +58,6 @@ register(EncodingSpec(
     name="alibi", label="ALiBi", order=4, colour="#D55E00", module=ALiBi, config=ALiBiConfig,
     citation="Press et al., ICLR 2022, 'Train Short, Test Long: Attention with Linear Biases "
              "Enables Input Length Extrapolation' (arXiv:2108.12409)",
+    summary="adds \u2212m_h·(i\u2212j) to the attention scores of head h",
+    paper="Press et al. 2022", reach="any length",
 ))

@@ -85,4 +85,7 @@ register(EncodingSpec(
     module=ContextualPositions, config=CopeConfig, reads_positions=False,
     citation="Golovneva et al. 2024, 'Contextual Position Encoding: Learning to Count What's "
              "Important' (arXiv:2405.18719); reference code facebookresearch/RAM projects/cope",
+    summary="contextual positions: each query counts the keys its gates \u03c3(q·k) open on, "
+            "and adds a learned logit of that count to each score",
+    paper="Golovneva et al. 2024", reach="any length (counts clamp at `npos_max`)",
 ))

@@ -121,4 +121,6 @@ register(EncodingSpec(
     name="fire", label="FIRE", order=8, colour="#999933", module=Fire, config=FireConfig,
     citation="Li et al., ICLR 2024, 'Functional Interpolation for Relative Positions Improves "
              "Long Context Transformers' (arXiv:2310.04418)",
+    summary="a score bias from an MLP of a normalised log distance",
+    paper="Li et al. 2024", reach="any length",
 ))

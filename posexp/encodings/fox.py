@@ -133,4 +133,7 @@ register(EncodingSpec(
     module=ForgettingAttention, config=FoxConfig, reads_positions=False,
     citation="Lin et al., ICLR 2025, 'Forgetting Transformer: Softmax Attention with a Forget "
              "Gate' (openreview q2Lnyegkr8); reference code zhixuan-lin/forgetting-transformer",
+    summary="forgetting attention: each head adds the log forget gates, read from the "
+            "text, between key and query to its scores",
+    paper="Lin et al. 2025", reach="any length",
 ))

@@ -110,4 +110,7 @@ register(EncodingSpec(
     citation="Meta 2025, Llama 4 (RoPE with NoPE every fourth layer: transformers' Llama4 "
              "no_rope_layer_interval); Yang et al. 2025, 'Rope to Nope and Back Again: A New "
              "Hybrid Attention Strategy' (arXiv:2501.18795)",
+    summary="an encoding per layer from a pattern, by default Llama 4's RoPE with NoPE "
+            "every fourth layer",
+    paper="Meta 2025 (Llama 4); Yang et al. 2025", reach="as its layers' encodings",
 ))

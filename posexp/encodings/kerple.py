@@ -77,7 +77,15 @@ class KerplePowerConfig:
 
 CITATION = ("Chi et al., NeurIPS 2022, 'KERPLE: Kernelized Relative Positional Embedding for "
             "Length Extrapolation' (arXiv:2205.09921)")
-register(EncodingSpec(name="kerple_log", label="KERPLE (log)", order=6, colour="#56B4E9",
-                      module=Kerple, config=KerpleLogConfig, citation=CITATION))
-register(EncodingSpec(name="kerple_power", label="KERPLE (power)", order=7, colour="#882255",
-                      module=Kerple, config=KerplePowerConfig, citation=CITATION))
+register(EncodingSpec(
+    name="kerple_log", label="KERPLE (log)", order=6, colour="#56B4E9", module=Kerple,
+    config=KerpleLogConfig, citation=CITATION,
+    summary="a learned score bias \u2212r₁·log(1 + r₂·(i\u2212j))",
+    paper="Chi et al. 2022", reach="any length",
+))
+register(EncodingSpec(
+    name="kerple_power", label="KERPLE (power)", order=7, colour="#882255", module=Kerple,
+    config=KerplePowerConfig, citation=CITATION,
+    summary="a learned score bias \u2212r₁·(i\u2212j)^r₂",
+    paper="Chi et al. 2022", reach="any length",
+))

@@ -49,4 +49,6 @@ register(EncodingSpec(
     position_table=True,
     citation="Devlin et al., NAACL 2019 (BERT); Radford et al. 2019 (GPT-2): a trained "
              "table of absolute positions",
+    summary="a trained table of positions, added to the token embeddings",
+    paper="Devlin et al. 2019; Radford et al. 2019", reach="no: reported as n/a",
 ))

@@ -23,4 +23,6 @@ register(EncodingSpec(
     module=NoPE, config=NoPEConfig, reads_positions=False,
     citation="Haviv et al., Findings of EMNLP 2022, 'Transformer Language Models without "
              "Positional Encodings Still Learn Positional Information' (arXiv:2203.16634)",
+    summary="no position signal; order leaks only through the causal mask",
+    paper="Haviv et al. 2022", reach="any length",
 ))

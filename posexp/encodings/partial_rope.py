@@ -90,4 +90,7 @@ register(EncodingSpec(
     citation="Barbero et al., ICLR 2025, 'Round and Round We Go! What makes Rotary "
              "Positional Encodings useful?' (arXiv:2410.06205); the first-dimensions variant: "
              "Wang and Komatsuzaki 2021, GPT-J",
+    summary="RoPE on a fraction of each head's frequency pairs: the highest (p-RoPE) or "
+            "the first dimensions (GPT-J's)",
+    paper="Barbero et al. 2025", reach="any length",
 ))

@@ -53,6 +53,11 @@ class EncodingSpec:
     # a trained table of positions (learned's): encoding.max_positions rows of d_model
     # parameters, and no position past it -- what the checks and reports read, not its name
     position_table: bool = False
+    # the README's row of it (posexp/encodings/tables.py writes the table): what it does in
+    # one line, its paper in short, and how far past the training length it runs
+    summary: str = ""
+    paper: str = ""
+    reach: str = "any length"
 
 
 ENCODINGS: dict[str, EncodingSpec] = {}

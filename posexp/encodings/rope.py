@@ -118,4 +118,6 @@ register(EncodingSpec(
     name="rope", label="RoPE", order=3, colour="#0072B2", module=RotaryPositions, config=RopeConfig,
     citation="Su et al., Neurocomputing 2024, 'RoFormer: Enhanced Transformer with Rotary "
              "Position Embedding' (arXiv:2104.09864)",
+    summary="rotates queries and keys by their positions",
+    paper="Su et al. (RoFormer)", reach="any length",
 ))

@@ -84,4 +84,6 @@ register(EncodingSpec(
     name="sinusoidal", label="sinusoidal", order=2, colour="#009E73", module=SinusoidalPositions,
     config=SinusoidalConfig,
     citation="Vaswani et al., NeurIPS 2017, 'Attention Is All You Need', sec. 3.5",
+    summary="fixed sines and cosines, added to the token embeddings",
+    paper="Vaswani et al. 2017", reach="any length",
 ))

@@ -74,4 +74,6 @@ register(EncodingSpec(
     name="t5", label="T5 bias", order=5, colour="#CC79A7", module=T5Bias, config=T5Config,
     citation="Raffel et al., JMLR 2020, 'Exploring the Limits of Transfer Learning with a "
              "Unified Text-to-Text Transformer', sec. 2.1 (arXiv:1910.10683)",
+    summary="a learned score bias per head and distance bucket",
+    paper="Raffel et al. 2020", reach="any length",
 ))

@@ -96,4 +96,6 @@ register(EncodingSpec(
     name="xpos", label="xPos", order=9, colour="#332288", module=XPos, config=XPosConfig,
     citation="Sun et al., ACL 2023, 'A Length-Extrapolatable Transformer' (arXiv:2212.10554); "
              "torchscale's XPOS",
+    summary="RoPE with an exponential decay over distance",
+    paper="Sun et al. 2023", reach="to 67,988 tokens",
 ))

@@ -179,12 +179,19 @@ def test_digest_writes_the_sections_again(tmp_path, monkeypatch):
 
 # --- encodings are listed from the registry ----------------------------------------------
 def test_the_readme_and_help_list_the_registered_encodings():
+    """The README's table and encodings.md's sources are the registry's, as
+    posexp/encodings/tables.py writes them, with a row for every encoding there is a config
+    for; posexp -h names each."""
+    from posexp.encodings import tables
+
     registered = {p.stem for p in (Path(CONFIG_DIR) / "encoding").glob("*.yaml")}
     assert registered == set(ENCODINGS)
-    readme = (REPO / "README.md").read_text()
-    table = readme[readme.index("| `encoding=` |"):]
-    table = table[:table.index("\n\n")]
-    assert set(re.findall(r"^\| `(\w+)` \|", table, re.M)) == registered
+    for doc, kinds in (("README.md", {"readme"}), ("docs/encodings.md", {"sources"})):
+        text = (REPO / doc).read_text()
+        assert {m[2] for m in tables.SECTION.finditer(text)} == kinds, doc
+        assert tables.regenerate(text) == text, f"{doc}: python -m posexp.claims.digest {doc}"
+        for m in tables.SECTION.finditer(text):
+            assert set(re.findall(r"^\| `(\w+)` \|", m[0], re.M)) == registered, doc
     helped = CliRunner().invoke(app, ["-h"]).output
     listed = re.search(r"each positional encoding \(([a-z0-9_,\s]+)\)", helped)
     assert listed and {e.strip() for e in listed[1].split(",")} == registered
