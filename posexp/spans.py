@@ -11,8 +11,8 @@ from the previous document's separator and text.  A span's targets are its docum
 A document's targets are its text and the separator after it (the stream's first token,
 which has nothing before it, is no target).  A document with no text (an empty file: only
 its separator) gets no span: its one target would be a separator predicted after another.
-The separator is taken to be one token, as it is for the byte and byte-level BPE
-tokenizers.
+The separator is one token of one byte for every tokenizer (posexp/data/tokenizer.py's
+``separator_id``: a Metaspace tokenizer's byte-fallback <0x00> alone, a WordPiece's [SEP]).
 
 Each document's share is proportional to its length, capped: no document holds more than
 1/``EFFECTIVE_DOCUMENTS`` of the targets, what the cap takes from a long document goes to the

@@ -173,6 +173,8 @@ def write_tokens(directory: Path, source: Source, tokenizer: Tokenizer, scanned:
         ) as bar:
             for batch in batches(joined(source.splits[split]())):
                 for block, ids in zip(batch, tokenizer.encode_batch(batch), strict=True):
+                    if block == SEPARATOR:  # one token, whatever the tokenizer makes of it
+                        ids = np.asarray([tokenizer.separator_id])
                     # f.write, not ndarray.tofile: tofile reports a full disk without errno
                     f.write(ids.astype(dtype, copy=False))
                     n += ids.size

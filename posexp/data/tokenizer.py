@@ -4,6 +4,13 @@
 Each has a fingerprint (a hash of what defines it), which keys the token cache and goes into
 every run, and ``token_bytes``: how many bytes of text each token id stands for, so that bits
 per byte compare runs with different tokenizers.
+
+The NUL between documents is one token for every tokenizer (``separator_id``), as the spans
+of posexp/spans.py count it.  Byte and byte-level tokenizers encode it as one; a Metaspace
+tokenizer (Llama 2's, SentencePiece's) prepends its ``\u2581`` and gives two, and posexp takes
+its byte-fallback ``<0x00>`` alone; a tokenizer that drops control characters (WordPiece's
+normaliser) gives none, and posexp takes its own end-of-document token ([SEP], </s>,
+<|endoftext|>).  The separator counts as the one byte it stands for.
 """
 
 from __future__ import annotations
@@ -30,6 +37,9 @@ class TokenizerKind(str, Enum):
 
 
 BYTE_FALLBACK = re.compile(r"<0x[0-9A-Fa-f]{2}>")
+NUL_FALLBACK = "<0x00>"
+# a tokenizer's own end of a document, in the order looked for, where NUL has no token
+DOCUMENT_ENDS = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "[SEP]", "<|eot_id|>")
 
 
 class ByteTokenizer:
@@ -38,6 +48,7 @@ class ByteTokenizer:
     fingerprint = hashlib.sha256(b"byte").hexdigest()
     token_bytes = np.ones(256, dtype=np.int64)
     definition = None  # nothing to save
+    separator_id = 0  # NUL is byte 0
 
     def encode_batch(self, blocks: list[bytes]) -> list[np.ndarray]:
         return [np.frombuffer(block, dtype=np.uint8) for block in blocks]
@@ -56,6 +67,30 @@ class JsonTokenizer:
         vocab = self.tokenizer.get_vocab(with_added_tokens=True)
         self.vocab_size = max(vocab.values()) + 1
         self.token_bytes = self._token_bytes(vocab)
+        self.separator_id = self._separator(vocab)
+        self.token_bytes[self.separator_id] = 1  # it stands for the one NUL byte
+        if self.tokenizer.encode("\0", add_special_tokens=False).ids != [self.separator_id]:
+            # its streams differ from those posexp wrote before it made the separator one
+            # token: another fingerprint, so that no cache or run record of those is read
+            self.fingerprint = hashlib.sha256(definition.encode() + b"\0one-token-separator"
+                                              ).hexdigest()
+
+    def _separator(self, vocab: dict[str, int]) -> int:
+        """The one token of the NUL between documents: its encoding where that is one token;
+        else the token among them that decodes to NUL alone (a byte fallback's <0x00>);
+        else the tokenizer's own end-of-document token."""
+        ids = self.tokenizer.encode("\0", add_special_tokens=False).ids
+        if len(ids) == 1 and self.tokenizer.decode(ids) == "\0":
+            return ids[0]
+        if NUL_FALLBACK in vocab and vocab[NUL_FALLBACK] in ids:
+            return vocab[NUL_FALLBACK]
+        for token in DOCUMENT_ENDS:
+            if token in vocab:
+                return vocab[token]
+        raise UsageError(f"tokenizer {self.name}: the NUL between documents encodes as "
+                         f"{len(ids)} tokens {ids}, none of them NUL alone, and it has no "
+                         f"end-of-document token ({', '.join(DOCUMENT_ENDS)}); posexp needs "
+                         "one token between documents")
 
     def _token_bytes(self, vocab: dict[str, int]) -> np.ndarray:
         """Exact for byte-level tokenizers (each character of a token stands for one byte);
