@@ -138,7 +138,8 @@ def resolve(cfg: DictConfig, devices: bool = True) -> DictConfig:
     """The config with every derived value filled in -- the one place they are decided:
     eval.lengths (1-16 x seq_len), eval.task_lengths of a task run (1-4 x n_max),
     model.d_ff (4 x d_model), train.warmup_tokens (warmup_tokens), encoding.max_positions
-    (seq_len), train.batch_size (batch_tokens / seq_len, unless given), and
+    (seq_len; a pretrained model's stays its own, null for one without a table of
+    positions), train.batch_size (batch_tokens / seq_len, unless given), and
     train.device_kind (device's) and train.precision (that kind's numerics, NUMERICS).
     Idempotent; ``cfg`` is checked.  ``devices`` false leaves the device's numerics as given
     (posexp train -h shows the main keys without importing torch to ask for a GPU)."""
@@ -151,7 +152,8 @@ def resolve(cfg: DictConfig, devices: bool = True) -> DictConfig:
         out.model.d_ff = cfg.model.d_ff or 4 * cfg.model.d_model
         if "warmup_tokens" in cfg.train:  # a pretrained run trains nothing: it has none
             out.train.warmup_tokens = warmup_tokens(cfg)
-        out.encoding.max_positions = cfg.encoding.max_positions or positions_trained(cfg)
+        if cfg.get("pretrained") is None:  # a pretrained model's is its own: a table's rows
+            out.encoding.max_positions = cfg.encoding.max_positions or positions_trained(cfg)
         if cfg.train.get("batch_tokens") is not None:  # absent in configs of older runs
             # the batch in sequences, when given, wins over the default in tokens
             if cfg.train.batch_size is None:

@@ -203,8 +203,12 @@ def _score(run: Run, spec: RunSpec, source: Source, loaded: tuple[PretrainedLM, 
               file=sys.stderr)
         print(requested_table(run, work, asked, None))
         return "skipped"
+    # past the length it was trained at is allowed where it has no table of positions to
+    # run out of (RoPE): scored as its positions extrapolate, and said so here
+    past = ", scored past it as its positions extrapolate" if d.max_positions is None and \
+        any(n > d.context for n in spec.eval_lengths) else ""
     print(f"posexp: {spec.encoding.name} ({d.architecture}, {lm.n_params() / 1e6:.2f}M "
-          f"parameters, {d.positions} positions, trained at {d.context}) on {device} -> "
+          f"parameters, {d.positions} positions, trained at {d.context}{past}) on {device} -> "
           f"{run.path}: {wanted_text(todo, work.item_text)}", file=sys.stderr)
     tokenizer = transformers().AutoTokenizer.from_pretrained(source.path, local_files_only=True)
     done = status == "completed"

@@ -118,6 +118,12 @@ def test_the_identity_is_the_model_its_files_and_the_corpus(llama_dir, corpus_di
     assert ident["data.path"] == str(corpus_dir)
     assert not any(k.startswith(("eval.", "train.lr", "seed")) for k in ident)
     assert cfg.run_name == "tiny-llama" and cfg.eval.lengths == [16, 64]
+    # a RoPE model has no table of positions: its identity, its config (config.yaml, --cfg
+    # job) and its scoring all say null, not the 64 it was trained at (#48 item 5)
+    from posexp.config import resolve
+
+    assert ident["encoding.max_positions"] is None
+    assert cfg.encoding.max_positions is None and resolve(cfg).encoding.max_positions is None
 
 
 def test_the_identity_changes_with_the_weights(llama_dir, corpus_dir, tmp_path, monkeypatch,
