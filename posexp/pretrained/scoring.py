@@ -33,8 +33,9 @@ from posexp.pretrained import passkey
 from posexp.pretrained.model import PretrainedLM
 from posexp.pretrained.rope import Rescaler
 from posexp.pretrained.source import TOKENIZER, Source
+from posexp.run.protocols import Want, Wanted
 from posexp.run.tables import format_curve, format_tasks
-from posexp.run.workloads import Want, Wanted, curve_wants, group
+from posexp.run.workloads import curve_wants, group
 from posexp.runs import Run, point_key, task_point_key
 from posexp.spans import Spans
 

@@ -17,9 +17,10 @@ from posexp import scaling
 from posexp.config import RunSpec
 from posexp.config.schema import EvalMode
 from posexp.errors import PosexpError, UsageError, first_line, on_signals
+from posexp.run.protocols import Scored, Wanted
 from posexp.run.setup import build_model, pick_device
 from posexp.run.training import Interrupted
-from posexp.run.workloads import Wanted, Workload, group, wanted_text, workload_of
+from posexp.run.workloads import group, wanted_text, workload_of
 from posexp.runs import CHECKPOINT, Run, code_record, now
 from posexp.sinks import Sink
 from posexp.version import PROTOCOL
@@ -99,7 +100,7 @@ def check_run(run: Run, info: dict, spec: RunSpec) -> None:
     run.check_code(info, spec.encoding.module)
 
 
-def requested_points(run: Run, work: Workload, scalings: Iterable[dict | None]) -> list[dict]:
+def requested_points(run: Run, work: Scored, scalings: Iterable[dict | None]) -> list[dict]:
     """The points of eval.json that the config asks for with ``scalings`` -- with several,
     the run's points as trained too: the row their method x length table divides by."""
     scalings = tuple(scalings)
@@ -110,13 +111,13 @@ def requested_points(run: Run, work: Workload, scalings: Iterable[dict | None]) 
     return [p for p in work.points(scored) if work.key(p) in wanted]
 
 
-def requested_table(run: Run, work: Workload, scalings: Iterable[dict | None],
+def requested_table(run: Run, work: Scored, scalings: Iterable[dict | None],
                     tokenizer: str | None) -> str:
     """The table of the points of eval.json the config asks for (requested_points)."""
     return work.table(requested_points(run, work, scalings), tokenizer)
 
 
-def points_to_score(run: Run, work: Workload, scalings: Iterable[dict | None],
+def points_to_score(run: Run, work: Scored, scalings: Iterable[dict | None],
                     only_missing: bool = True) -> Wanted:
     """What to score with ``scalings``: the points eval.json lacks, or with ``only_missing``
     false every one asked for -- after an eval.json of other code is set aside, so that
@@ -158,7 +159,7 @@ def score_missing(run: Run, spec: RunSpec, device: torch.device, info: dict,
     return "scored"
 
 
-def refuse_record(run: Run, spec: RunSpec, work: Workload,
+def refuse_record(run: Run, spec: RunSpec, work: Scored,
                   scalings: tuple[dict | None, ...]) -> None:
     """A run record (no checkpoint) is skipped like any completed run when eval.json holds
     every point asked for; else one line names the points it lacks and the command that
@@ -173,10 +174,10 @@ def refuse_record(run: Run, spec: RunSpec, work: Workload,
         mode = "" if spec.is_task_run else f"{EvalMode(spec.eval.mode).value} "
         run.require_checkpoint(
             f"scoring the {sum(len(items) for _, items in wanted)} {mode}{work.what}(s) "
-            f"{wanted_text(wanted, getattr(work, 'item_text', str))} that eval.json lacks")
+            f"{wanted_text(wanted, work.item_text)} that eval.json lacks")
 
 
-def missing_points(work: Workload, scalings: Iterable[dict | None], scored: dict) -> Wanted:
+def missing_points(work: Scored, scalings: Iterable[dict | None], scored: dict) -> Wanted:
     """The points asked for with ``scalings`` that eval.json (``scored``) lacks."""
     asked = work.requested(scalings, scored)
     if asked is None:  # no layout of eval.tokens recorded yet: score everything asked for
@@ -211,7 +212,7 @@ def evaluate(run: Run, spec: RunSpec, device: torch.device, header: str | None =
     if only_missing:
         print(f"posexp: {run.path}: already completed; scoring the "
               f"{sum(len(items) for _, items in wanted)} missing {work.what}(s) "
-              f"{wanted_text(wanted, getattr(work, 'item_text', str))} from its checkpoint",
+              f"{wanted_text(wanted, work.item_text)} from its checkpoint",
               file=sys.stderr)
     if header:
         print(header, file=sys.stderr)

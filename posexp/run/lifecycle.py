@@ -34,9 +34,10 @@ from posexp.distributed import World, barrier, join, leave
 from posexp.errors import PosexpError, UsageError
 from posexp.run.evaluation import check_protocol, score_missing, signals_interrupt, this_code
 from posexp.run.finetune import parent_weights
+from posexp.run.protocols import Workload
 from posexp.run.setup import build_model, check_numerics, pick_device
 from posexp.run.training import Diverged, Interrupted, check_checkpoint, fit, weights_hash
-from posexp.run.workloads import Workload, workload_of
+from posexp.run.workloads import workload_of
 from posexp.runs import CHECKPOINT, RUN, Run, code_text, code_version, now, versions
 from posexp.sinks import Sink, open_sink
 

@@ -25,6 +25,7 @@ from posexp.distributed import World, reduced
 from posexp.errors import PosexpError, Stopped, on_signals
 from posexp.evaluate.windows import autocast
 from posexp.model import GPT
+from posexp.run.protocols import Workload
 from posexp.runs import Run, weights_sha256
 from posexp.sinks import Sink
 
@@ -255,8 +256,8 @@ class Loop:
     where asked), its optimizer, data generator and progress, and the run it writes to
     (None in a process that is not rank 0)."""
 
-    def __init__(self, model: GPT, workload, data, spec: RunSpec, run: Run | None,
-                 sink: Sink, device: torch.device, world: World) -> None:
+    def __init__(self, model: GPT, workload: Workload, data, spec: RunSpec,
+                 run: Run | None, sink: Sink, device: torch.device, world: World) -> None:
         t = spec.train
         self.model, self.workload, self.data, self.spec = model, workload, data, spec
         self.run, self.sink, self.device, self.world = run, sink, device, world
@@ -387,8 +388,8 @@ class Loop:
                 "final_val_loss": self.last.get("val_loss")}
 
 
-def fit(model: GPT, workload, data, spec: RunSpec, run: Run | None, sink: Sink,
-        device: torch.device, progress: bool = True, resume: dict | None = None,
+def fit(model: GPT, workload: Workload, data, spec: RunSpec, run: Run | None,
+        sink: Sink, device: torch.device, progress: bool = True, resume: dict | None = None,
         world: World = World()) -> dict:
     """Train to the token budget, checkpointing every train.checkpoint_every tokens and on
     SIGINT/SIGTERM; ``resume`` is a checkpoint to continue from exactly where it stopped.

@@ -35,15 +35,13 @@ from posexp.evaluate.windows import (
     window_stride,
 )
 from posexp.model import GPT
+from posexp.run.protocols import Want, Wanted, Workload
 from posexp.run.setup import set_scaling
 from posexp.run.tables import format_curve, format_tasks
 from posexp.run.training import Progress, to_device
 from posexp.runs import Run, point_key, task_point_key
 from posexp.sinks import Sink
 from posexp.spans import Spans, compression, held_targets
-
-Want = tuple  # (scaling record or None, item)
-Wanted = list[tuple[dict | None, list]]  # the items of each scaling, in order
 
 IGNORE = -100  # F.cross_entropy's ignore_index: a target that the loss leaves out
 TASK_STREAM = 1  # tells the task batches' generator from random_positions' (both (seed, step))
@@ -118,9 +116,10 @@ def curve_wants(mode: str | EvalMode, stride: int | None, lengths: Iterable[int]
 
 class CorpusWorkload:
     """Windows of a corpus; scored by perplexity on the same validation tokens at every
-    length."""
+    length (a Workload, run/protocols.py)."""
 
     what = "point"
+    item_text = staticmethod(str)  # an item is a length
 
     def __init__(self, spec: RunSpec) -> None:
         self.spec = spec
@@ -305,9 +304,6 @@ class TaskWorkload:
 
     def table(self, points: list[dict], corpus_tokenizer: str | None) -> str:
         return format_tasks(points, self.spec.n_max, str(self.spec.path))
-
-
-Workload = CorpusWorkload | TaskWorkload
 
 
 def workload_of(spec: RunSpec) -> Workload:
