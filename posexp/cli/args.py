@@ -42,14 +42,6 @@ class Args:
     def config_name(self) -> str | None:
         return self.flags.get("--config-name")
 
-    def hydra_argv(self, drop: tuple[str, ...] = ()) -> list[str]:
-        """The command line Hydra gets: overrides and flags in their long, exact form."""
-        out = list(self.overrides)
-        for flag, value in self.flags.items():
-            if flag not in drop:
-                out += [flag, value] if value else [flag]
-        return out
-
 
 def parse_args(args: list[str], command: str) -> Args:
     """Split a command line into overrides and known Hydra flags; anything else that starts
