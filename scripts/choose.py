@@ -37,6 +37,7 @@ import numpy as np
 
 from posexp import load_runs
 from posexp.claims.tasks import in_distribution
+from posexp.config.identity import OFF_UNLESS_SET
 
 TAIL = 0.10  # the share of training whose logged losses make the final loss
 
@@ -86,6 +87,15 @@ def kept(identity: dict, only: list[str]) -> bool:
     return all(str(identity.get(k)) == v for k, _, v in (o.partition("=") for o in only))
 
 
+def row(run) -> str:
+    """A run's row: its encoding (on its task), and the switches it sets that are off unless
+    set (model.ssmax: RoPE with SSMax is its own arm, swept apart from RoPE)."""
+    name = f"{run.encoding} on {run.task}" if run.task else run.encoding
+    variant = [f"{k.rsplit('.', 1)[-1]}={run.identity[k]}" for k in OFF_UNLESS_SET
+               if run.identity.get(k) not in (None, False) and k != "task"]
+    return " ".join([name, *variant])
+
+
 def scores(root: Path, by: str, score: str, only: list[str]) -> tuple[dict, dict, dict,
                                                                       list[int]]:
     """Per (row, setting): the final losses (training, or validation at L with ``--score
@@ -100,7 +110,7 @@ def scores(root: Path, by: str, score: str, only: list[str]) -> tuple[dict, dict
     exact: dict[tuple[str, str], list[float]] = defaultdict(list)
     ppl: dict[tuple[str, str], list[float]] = defaultdict(list)
     for r in runs:
-        key = (f"{r.encoding} on {r.task}" if r.task else r.encoding, setting(r.identity, by))
+        key = (row(r), setting(r.identity, by))
         if score == "val":
             if (value := ppl_at_train_len(r)) is None:
                 raise SystemExit(f"choose.py: {r.path} has no point at L on the scored spans")

@@ -36,7 +36,7 @@ from dataclasses import astuple, dataclass, field, replace
 
 from posexp import stats
 from posexp.claims.gate import Bar, unlearned
-from posexp.claims.sources import Scale
+from posexp.claims.sources import Paper, Scale
 from posexp.report.curves import models_of
 from posexp.report.series import Series, build_series, curve_name
 from posexp.runs import Region, RunResult, is_spread, region_text
@@ -188,11 +188,13 @@ Lookup = Callable[..., "float | object"]
 
 @dataclass(frozen=True)
 class Test:
-    """One comparison of a claim: ``statistic`` read against ``kind``."""
+    """One comparison of a claim: ``statistic`` read against ``kind``; ``paper``, the
+    cited paper's own figure for it, where the paper gives one (shown, judged by nothing)."""
 
     label: str
     statistic: Callable[[Lookup], object]
     kind: Kind
+    paper: Paper | None = None
 
 
 @dataclass(frozen=True)
@@ -243,6 +245,14 @@ class Verdict:
     # the verdict of the same claim on the suite's runs at another training budget, when
     # the preset has budgets: "stable" or "budget-dependent" beside it (claims/budgets.py)
     budget: str | None = None
+    paper: str = "\u2014"  # the paper's own figures for its tests, each with its place
+
+
+def paper_text(claim: Claim) -> str:
+    """The paper's figure for each of the claim's tests that has one, with its place."""
+    figures = [f"{t.label} = {t.paper.value:.3g} ({t.paper.place})"
+               for t in claim.tests if getattr(t, "paper", None) is not None]
+    return "; ".join(figures) or "\u2014"
 
 
 def kind_text(claim: Claim) -> str:
@@ -340,7 +350,12 @@ def _span(values: list, unit: float, suffix: str) -> str:
 
 
 def judge(claim: Claim, curves: Curves, number: int) -> Verdict:
-    """The claim's verdict: every test's statistic with its interval, combined."""
+    """The claim's verdict: every test's statistic with its interval, combined, with the
+    paper's own figures beside."""
+    return replace(_judged(claim, curves, number), paper=paper_text(claim))
+
+
+def _judged(claim: Claim, curves: Curves, number: int) -> Verdict:
     name = claim.title(number)
     got = curves.measure(claim.needs)
     if isinstance(got, str):

@@ -40,6 +40,8 @@ from posexp.claims.sources import (
     PRESS_SCALE,
     VASWANI,
     VASWANI_SCALE,
+    press_between,
+    press_degradation,
 )
 from posexp.runs import RunResult
 
@@ -78,14 +80,16 @@ def press_claims(L: int, th: DictConfig) -> list[Claim]:
         Claim("Sinusoidal positions do not extrapolate", f"{PRESS}, Fig. 1 and §2.1",
               PRESS_SCALE, th.sinusoidal_blowup.reason, [sin],
               [Test(f"sinusoidal ppl({k}L)/ppl(L)", degradation(sin, k),
-                    higher(float(th.sinusoidal_blowup.margin)))]),
+                    higher(float(th.sinusoidal_blowup.margin)),
+                    press_degradation("sinusoidal", k))]),
         Claim("RoPE extrapolates only a little: past L it is worse than ALiBi and better "
               "than sinusoidal", f"{PRESS}, Fig. 1 and §2.2", PRESS_SCALE, th.better.reason,
               [rope, alibi, sin],
               [test for m in map(int, th.rope_between_at) for test in (
-                  Test(f"rope/alibi ppl({m}L)", at(rope, m * L, alibi, m * L), higher(better)),
+                  Test(f"rope/alibi ppl({m}L)", at(rope, m * L, alibi, m * L), higher(better),
+                       press_between("rope", "alibi", m)),
                   Test(f"sinusoidal/rope ppl({m}L)", at(sin, m * L, rope, m * L),
-                       higher(better)))],
+                       higher(better), press_between("sinusoidal", "rope", m)))],
               [Shown(f"{a.encoding}/{b.encoding} degradation at {m}L",
                      ratio_of(degradation(a, m), degradation(b, m)))
                for m in map(int, th.rope_between_at) for a, b in ((rope, alibi), (sin, rope))]),
@@ -94,7 +98,8 @@ def press_claims(L: int, th: DictConfig) -> list[Claim]:
               [alibi, _curve("alibi", L, SLIDING)],
               [Test(f"alibi{' sliding' if mode == SLIDING else ''} ppl({m}L)/ppl(L)",
                     degradation(_curve("alibi", L, mode), int(m)),
-                    no_higher(float(th.alibi_flat.margin)))
+                    no_higher(float(th.alibi_flat.margin)),
+                    press_degradation("alibi", int(m)) if mode == NONOVERLAPPING else None)
                for mode in (NONOVERLAPPING, SLIDING) for m in th.alibi_flat_at]),
         Claim("ALiBi trained at L and evaluated at 2L is no worse than sinusoidal trained "
               "at 2L on the same token budget", f"{PRESS}, abstract and Fig. 4", PRESS_SCALE,
@@ -152,7 +157,8 @@ def t5_claims(L: int, th: DictConfig) -> list[Claim]:
                   f"{at_text}", f"{PRESS}, Table 2 (the T5 bias column)", PRESS_SCALE,
                   th.t5_flat.reason, [t5],
                   [Test(f"t5 ppl({int(m)}L)/ppl(L)", degradation(t5, int(m)),
-                        no_higher(float(th.t5_flat.margin))) for m in th.t5_flat_at],
+                        no_higher(float(th.t5_flat.margin)), press_degradation("t5", int(m)))
+                   for m in th.t5_flat_at],
                   respecified="its margin went from 5% to 2% and its test from 5L to 4L in "
                               "d119cea, after a pilot run showed T5 failing")]
 

@@ -21,6 +21,51 @@ class Scale:
 
 PRESS = "Press et al., Train Short, Test Long (ALiBi), ICLR 2022"
 PRESS_SCALE = Scale("247M parameters on WikiText-103 (a corpus of 103M tokens), L = 512-3072")
+
+
+@dataclass(frozen=True)
+class Paper:
+    """The paper's own figure for a test's statistic, and where and at what setting the
+    paper gives it (verdicts.md's paper column)."""
+
+    value: float
+    place: str
+
+
+# Press et al.'s exact perplexities behind Fig. 1 (its caption: "see Tables 2 and 3 in the
+# appendix"), Table 2: WikiText-103 validation, models trained at L = 512; ppl at 512 and
+# ppl(n)/ppl(512) at n = 1,012 and 2,512 tokens (about 2L and 4.9L).
+PRESS_TABLE = "Table 2 (appendix; WikiText-103, L = 512)"
+PRESS_L = 512
+PRESS_PPL_L = {"alibi": 19.73, "rope": 20.07, "t5": 19.65, "sinusoidal": 20.05}
+PRESS_DEGRADATION = {"alibi": {1012: 0.949, 2512: 0.933}, "rope": {1012: 1.065, 2512: 1.573},
+                     "t5": {1012: 0.956, 2512: 1.039}, "sinusoidal": {1012: 2.17, 2512: 6.60}}
+PRESS_AT = {2: 1012, 4: 2512}  # a multiple of L here: the paper's nearest length
+
+
+def _press_length(m: int) -> int | None:
+    return PRESS_AT.get(m)
+
+
+def press_degradation(encoding: str, m: int) -> Paper | None:
+    """The paper's ppl(n)/ppl(L) nearest mL, where Table 2 has it."""
+    n = _press_length(m)
+    if n is None or encoding not in PRESS_DEGRADATION:
+        return None
+    return Paper(PRESS_DEGRADATION[encoding][n],
+                 f"{PRESS_TABLE}, at {n:,} tokens ({n / PRESS_L:.2g}L)")
+
+
+def press_between(a: str, b: str, m: int) -> Paper | None:
+    """The paper's ppl_a(n)/ppl_b(n) nearest mL: each encoding's ppl at L times its ratio
+    at n, as Table 2 gives them."""
+    n = _press_length(m)
+    if n is None or not {a, b} <= set(PRESS_DEGRADATION):
+        return None
+    value = (PRESS_PPL_L[a] * PRESS_DEGRADATION[a][n]) / (PRESS_PPL_L[b] * PRESS_DEGRADATION[b][n])
+    return Paper(value, f"{PRESS_TABLE}, at {n:,} tokens ({n / PRESS_L:.2g}L): "
+                        f"({PRESS_PPL_L[a]} x {PRESS_DEGRADATION[a][n]}) / "
+                        f"({PRESS_PPL_L[b]} x {PRESS_DEGRADATION[b][n]})")
 HAVIV = "Haviv et al., Transformer Language Models without Positional Encodings Still Learn " \
         "Positional Information, Findings of EMNLP 2022"
 HAVIV_SCALE = Scale("125M-1.3B parameters on the Pile and WikiText-103, L = 1024")

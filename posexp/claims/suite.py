@@ -33,6 +33,7 @@ from posexp.claims.campaign import (
     modes_of,
     run_campaign,
 )
+from posexp.claims.cost import cost_note
 from posexp.claims.gate import gate_note
 from posexp.claims.margins import margins_record, margins_text
 from posexp.claims.preset import (
@@ -290,7 +291,7 @@ def write_verdicts(out: Path, name: str, preset: DictConfig, claim_set: ClaimSet
               [(f"At {tokens_text(t)} tokens{' (the main budget)' if t == main else ''}",
                 at_budget(runs, t, main)) for t in [main, *budgets(preset)]])
     notes = [gate_note(tables, preset),
-             claim_set.note(runs, preset) if claim_set.note else None]
+             claim_set.note(runs, preset) if claim_set.note else None, cost_note(tables)]
     note = "\n\n".join(n for n in notes if n) or None
     atomic_write_text(out / "verdicts.md", verdicts_markdown(
         name, preset, by_section, note, failed, devices,
@@ -349,15 +350,15 @@ def verdict_table(rows: list[Verdict]) -> str:
     """The verdicts as a markdown table; with a preset's budgets, a column of stability."""
     stability = any(v.budget for v in rows)
     lines = ["| claim | source | kind, margin (why) | scope | measured (95% interval) | "
-             f"verdict | p | Holm |{' budgets |' * stability}",
-             f"|---|---|---|---|---|---|---|---|{'---|' * stability}"]
+             f"paper | verdict | p | Holm |{' budgets |' * stability}",
+             f"|---|---|---|---|---|---|---|---|---|{'---|' * stability}"]
     for v in rows:
         verdict, holm = (x if x == HOLDS else f"**{x}**" for x in (v.verdict, v.holm))
         # a p-value says which hypothesis it tests; a missing one, why it is not in the family
         p = f"— ({v.tested})" if v.p is None else f"{v.p:.2g} ({v.tested})"
         budget = f" {v.budget or '—'} |" if stability else ""
         lines.append(f"| {v.claim} | {v.source} | {v.kind} | {v.scope} | {v.measured} | "
-                     f"{verdict} | {p} | {holm} |{budget}")
+                     f"{v.paper} | {verdict} | {p} | {holm} |{budget}")
     return "\n".join(lines)
 
 

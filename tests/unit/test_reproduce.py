@@ -363,7 +363,13 @@ def test_reproduce_runs_every_seed_and_fails_at_the_end(tmp_path, monkeypatch, c
     assert "| package | version |\n|---|---|\n| posexp | 0.1.0 |\n| python | 3.11.7 |" in md
     assert "Intervals: t over 2 seeds + cluster bootstrap over 64 documents (log scale)." in md
     assert "| claim | source | kind, margin (why) | scope | measured (95% interval) | " \
-           "verdict | p | Holm |" in md
+           "paper | verdict | p | Holm |" in md
+    # the paper's own figure beside the measured one, with its place (Press et al., Table 2)
+    assert "sinusoidal ppl(4L)/ppl(L) = 6.6 (Table 2 (appendix; WikiText-103, " \
+           "L = 512), at 2,512 tokens (4.9L))" in md
+    # what the runs cost, summed from their records, never typed
+    assert "## What it cost" in md and re.search(
+        r"\| every run \| \d+ \| 0M \| \d+\.\d\d \| \d+\.\d\d \| cpu \|", md)
     out = capsys.readouterr().out
     assert "1. Sinusoidal positions do not extrapolate\n    HOLDS: sinusoidal ppl(4L)/ppl(L)" \
         in out
