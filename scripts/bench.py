@@ -21,7 +21,7 @@ forward + backward) over the peak measured here by a square matmul in the traini
 a datasheet number.  Training speed is the best of --repeats timed runs.  The curve is
 posexp's own evaluation (nonoverlapping, the same tokens at every length) at 16 lengths
 spaced geometrically from L to the longest eval length.  Writes JSON and a markdown table
-to results/bench/ with the device, versions and date.
+to results/bench/ with the device, versions and date (named to the minute).
 """
 
 from __future__ import annotations
@@ -347,8 +347,10 @@ class Bench:
         self.available = ["sdpa", "flex"] + (
             ["flash"] if self.device.type == "cuda" and flash_attn_installed() else [])
         self.now = dt.datetime.now(dt.timezone.utc)
+        # to the minute: a second benchmark on the same day writes beside the first, never
+        # over it (a document may quote the first)
         self.stem = args.out / (f"bench-{self.device.type}{'-quick' if args.quick else ''}-"
-                                f"{self.now:%Y%m%d}")
+                                f"{self.now:%Y%m%d-%H%M}")
         self.rows: list[dict] = []
         self.agreement: list[dict] = []
         self.failed: list[dict] = []  # kernels that did not run here, with why
