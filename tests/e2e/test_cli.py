@@ -133,7 +133,7 @@ def test_config_dir_adds_an_encoding_variant(posexp, tmp_path):
 
 
 USAGE_ERRORS = [
-    (["encoding=cope"], "available options in 'encoding': " + ", ".join(sorted(
+    (["encoding=zope"], "available options in 'encoding': " + ", ".join(sorted(
         p.stem for p in (Path(CONFIG_DIR) / "encoding").glob("*.yaml")))),
     (["train.seqlen=64"], "seqlen"),
     (["train.seq_len=abc"], "seq_len"),

@@ -150,7 +150,7 @@ def test_the_sweep_presets_sweep_every_registered_encoding(posexp, tmp_path):
 
     assert jobs() == [f"encoding={e}" for e in sorted(ENCODINGS)]
     assert len(jobs("sweep=lengths")) == 3 * len(ENCODINGS)
-    chosen = "encoding=glob(*,exclude=[nope,learned,sinusoidal,*rope,t5,k*,fox,hybrid])"
+    chosen = "encoding=glob(*,exclude=[nope,learned,sinusoidal,*rope,t5,k*,fox,hybrid,cope])"
     assert jobs(chosen, "seed=0,1") == [
         f"encoding={e} seed={s}" for e in ("alibi", "fire", "xpos") for s in (0, 1)]
     # the command line's choice list replaces the preset's glob
