@@ -13,6 +13,7 @@ corpus and vocabulary size, and cached too.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -78,12 +79,28 @@ class Scan:
     documents: dict[str, int]
 
 
-def joined(documents: Iterable[Document]) -> Iterator[bytes]:
-    """A split's blocks, with the separator between documents (empty ones too)."""
+@dataclass
+class Long:
+    """A document of more than one block, its blocks as they stream in: encoded as a whole
+    (Tokenizer.encode_document), never block by block, whose cuts would change its tokens."""
+
+    blocks: Iterator[bytes]
+
+
+def joined(documents: Iterable[Document]) -> Iterator[bytes | Long]:
+    """A split's documents with the separator between them (empty ones too): a document of
+    one block as that block, a longer one as a Long of its blocks."""
     for i, document in enumerate(documents):
         if i:
             yield SEPARATOR
-        yield from document
+        blocks = iter(document)
+        first = next(blocks, None)
+        second = next(blocks, None)
+        if second is None:
+            if first is not None:
+                yield first
+            continue
+        yield Long(itertools.chain((first, second), blocks))
 
 
 def scan(source: Source) -> Scan:
@@ -145,9 +162,17 @@ def make_tokenizer(cfg: DictConfig, source: Source, fingerprint: str, root: Path
     return ByteTokenizer()
 
 
-def batches(blocks: Iterable[bytes]) -> Iterator[list[bytes]]:
+def batches(blocks: Iterable[bytes | Long]) -> Iterator[list[bytes] | Long]:
+    """Blocks in batches of about BATCH_BYTES to encode in parallel; a Long alone, in its
+    place in the stream."""
     batch, size = [], 0
     for block in blocks:
+        if isinstance(block, Long):
+            if batch:
+                yield batch
+                batch, size = [], 0
+            yield block
+            continue
         batch.append(block)
         size += len(block)
         if size >= BATCH_BYTES:
@@ -155,6 +180,28 @@ def batches(blocks: Iterable[bytes]) -> Iterator[list[bytes]]:
             batch, size = [], 0
     if batch:
         yield batch
+
+
+def encoded(batch: list[bytes] | Long, tokenizer: Tokenizer
+            ) -> Iterator[tuple[bytes | None, np.ndarray, int]]:
+    """(the block, or None for a piece of a Long; its ids; the bytes it stands for) of each
+    block of ``batch``, the separator one token (Tokenizer.separator_id)."""
+    if isinstance(batch, Long):
+        read: list[int] = []  # the bytes of the blocks read since the last piece
+
+        def counted() -> Iterator[bytes]:
+            for block in batch.blocks:
+                read.append(len(block))
+                yield block
+
+        for ids in tokenizer.encode_document(counted()):
+            yield None, ids, sum(read)
+            read.clear()
+        return
+    for block, ids in zip(batch, tokenizer.encode_batch(batch), strict=True):
+        if block == SEPARATOR:  # one token, whatever the tokenizer makes of it
+            ids = np.asarray([tokenizer.separator_id])
+        yield block, ids, len(block)
 
 
 def write_tokens(directory: Path, source: Source, tokenizer: Tokenizer, scanned: Scan) -> None:
@@ -172,15 +219,13 @@ def write_tokens(directory: Path, source: Source, tokenizer: Tokenizer, scanned:
             desc=f"tokenizing {source.name} {split} ({tokenizer.name})", file=sys.stderr,
         ) as bar:
             for batch in batches(joined(source.splits[split]())):
-                for block, ids in zip(batch, tokenizer.encode_batch(batch), strict=True):
-                    if block == SEPARATOR:  # one token, whatever the tokenizer makes of it
-                        ids = np.asarray([tokenizer.separator_id])
+                for block, ids, size in encoded(batch, tokenizer):
                     # f.write, not ndarray.tofile: tofile reports a full disk without errno
                     f.write(ids.astype(dtype, copy=False))
                     n += ids.size
                     if block == SEPARATOR:  # text never holds it: a document starts here
                         starts.append(n)
-                bar.update(sum(map(len, batch)))
+                    bar.update(size)
         np.save(directory / f"{split}.docs.npy", np.asarray(starts, dtype=np.int64))
         tokens[split] = n
     if tokenizer.definition is not None:
@@ -206,8 +251,11 @@ def load_corpus(cfg: DictConfig) -> Corpus:
         )
     root = cache_root(cfg.cache_dir)
     tokenizer = make_tokenizer(cfg, source, scanned.fingerprint, root)
+    # a tokenizers tokenizer's streams encode each document whole (posexp/data/stitch.py)
+    # since 2026-12-07: its caches are named apart from those of block-by-block streams
+    stream = "-whole" if isinstance(tokenizer, JsonTokenizer) else ""
     directory = root / (f"{source.name}-{scanned.fingerprint[:16]}-"
-                        f"{tokenizer.name}-{tokenizer.fingerprint[:16]}")
+                        f"{tokenizer.name}-{tokenizer.fingerprint[:16]}{stream}")
     arrays = open_tokens(directory, SPLITS,
                          lambda tmp: write_tokens(tmp, source, tokenizer, scanned))
     return Corpus(source.name, arrays["train"], arrays["val"], tokenizer.vocab_size,

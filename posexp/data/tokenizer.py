@@ -19,12 +19,13 @@ import hashlib
 import json
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from enum import Enum
 from pathlib import Path
 
 import numpy as np
 
+from posexp.data.stitch import stitched
 from posexp.errors import UsageError
 
 
@@ -49,6 +50,11 @@ class ByteTokenizer:
     token_bytes = np.ones(256, dtype=np.int64)
     definition = None  # nothing to save
     separator_id = 0  # NUL is byte 0
+
+    def encode_document(self, blocks: Iterable[bytes]) -> Iterator[np.ndarray]:
+        """A document of several blocks: bytes need no stitching."""
+        for block in blocks:
+            yield np.frombuffer(block, dtype=np.uint8)
 
     def encode_batch(self, blocks: list[bytes]) -> list[np.ndarray]:
         return [np.frombuffer(block, dtype=np.uint8) for block in blocks]
@@ -114,6 +120,17 @@ class JsonTokenizer:
         texts = [b.decode("utf-8", errors="replace") for b in blocks]
         encodings = self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)
         return [np.asarray(e.ids, dtype=np.int64) for e in encodings]
+
+    def encode_document(self, blocks: Iterable[bytes]) -> Iterator[np.ndarray]:
+        """A document of several blocks, as the tokenizer encodes the whole document, in
+        pieces (posexp/data/stitch.py)."""
+        def encode(text: str) -> tuple[list[int], list[tuple[int, int]]]:
+            e = self.tokenizer.encode(text, add_special_tokens=False)
+            return e.ids, e.offsets
+
+        texts = (b.decode("utf-8", errors="replace") for b in blocks)
+        for ids in stitched(encode, texts):
+            yield np.asarray(ids, dtype=np.int64)
 
 
 def train_bpe(texts: Iterable[str], vocab_size: int) -> str:
