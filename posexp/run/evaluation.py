@@ -224,7 +224,10 @@ def evaluate(run: Run, spec: RunSpec, device: torch.device, header: str | None =
 
 
 def check_data_unchanged(run: Run, info: dict, data, tasks: bool) -> None:
-    """The corpus (or task) and tokenizer (or vocabulary) are those the run was trained on."""
+    """The corpus (or task) and tokenizer (or vocabulary) are those the run was trained on,
+    and a corpus's token streams as long as they were: the same text and tokenizer give
+    another stream where posexp's tokenizing changed (a long document encoded whole since
+    2026-12-07), and the run's numbers belong to the stream it read."""
     trained_on = info.get("corpus") if isinstance(info.get("corpus"), dict) else {}
     for key, what in (("fingerprint", "task" if tasks else "corpus"),
                       ("tokenizer_fingerprint", "vocabulary" if tasks else "tokenizer")):
@@ -232,6 +235,16 @@ def check_data_unchanged(run: Run, info: dict, data, tasks: bool) -> None:
         if was and was != current:
             raise PosexpError(f"the {what} has changed since {run.path} was trained "
                               f"(fingerprint {current[:12]}, run has {str(was)[:12]})")
+    if tasks:
+        return
+    now = data.describe()
+    for key in ("train_tokens", "val_tokens"):
+        if trained_on.get(key) is not None and trained_on[key] != now[key]:
+            raise PosexpError(f"{run.path} was trained on another token stream of this corpus "
+                              f"and tokenizer ({key.split('_')[0]}: {now[key]:,} tokens now, "
+                              f"{trained_on[key]:,} then; posexp encodes a document longer "
+                              "than a block whole since 2026-12-07): train it again, "
+                              "train.resume=false moves it aside")
 
 
 def evaluate_dir(path: Path, spec: RunSpec) -> None:

@@ -32,7 +32,13 @@ import torch
 from posexp.config import RunSpec, identity_diff
 from posexp.distributed import World, barrier, join, leave
 from posexp.errors import PosexpError, UsageError
-from posexp.run.evaluation import check_protocol, score_missing, signals_interrupt, this_code
+from posexp.run.evaluation import (
+    check_data_unchanged,
+    check_protocol,
+    score_missing,
+    signals_interrupt,
+    this_code,
+)
 from posexp.run.finetune import parent_weights
 from posexp.run.protocols import Workload
 from posexp.run.setup import build_model, check_numerics, pick_device
@@ -138,6 +144,7 @@ def _open_run(spec: RunSpec, run: Run, state: dict | None, model, data, device: 
     """run.json says running, with what this attempt is; a line says so on stderr."""
     cfg = spec.cfg
     if state is not None:
+        check_data_unchanged(run, run.info(), data, spec.is_task_run)
         was, code = run.info().get("code"), this_code(spec)
         if isinstance(was, dict) and was != code:
             print(f"posexp: warning: {spec.path}: posexp's source has changed since the run "

@@ -77,3 +77,25 @@ def test_the_corpus_writer_streams_a_long_document_whole(text, tokenizer):
     assert sum(size for _, _, size in pieces) == len(doc)
     # a document of one block is that block, as before
     assert list(joined([iter([b"short"])])) == [b"short"]
+
+
+def test_a_run_of_another_stream_of_the_same_text_is_refused(tmp_path):
+    """A run trained before the stitching read another stream of the same text and
+    tokenizer: its record says how long, and posexp refuses to score or resume it on this
+    one rather than mixing the two."""
+    from types import SimpleNamespace
+
+    from posexp.errors import PosexpError
+    from posexp.run.evaluation import check_data_unchanged
+
+    now = {"train_tokens": 1000, "val_tokens": 200}
+    data = SimpleNamespace(fingerprint="f" * 64, tokenizer_fingerprint="t" * 64,
+                           describe=lambda: now)
+    run = SimpleNamespace(path=tmp_path / "bpe-run")
+    same = {"corpus": {"fingerprint": "f" * 64, "tokenizer_fingerprint": "t" * 64, **now}}
+    check_data_unchanged(run, same, data, tasks=False)
+    check_data_unchanged(run, {"corpus": {"fingerprint": "f" * 64}}, data, tasks=False)  # old
+    other = {"corpus": {**same["corpus"], "val_tokens": 201}}
+    with pytest.raises(PosexpError, match=r"was trained on another token stream .* \(val: "
+                                          r"200 tokens now, 201 then"):
+        check_data_unchanged(run, other, data, tasks=False)
