@@ -155,7 +155,7 @@ def task_cells(r: RunResult) -> tuple[str, str, str]:
     digits, past its 20-digit limit, say nothing of the model), and exact match there; as
     trained, on the instances (count, eval seed) most of its points were scored on, averaged
     over passkey's depths."""
-    plain = [p for p in r.tasks if p.get("rope_scaling") is None]
+    plain = [p for p in r.tasks if point_scaling(p) is None]
     if not plain:
         return f"{r.task}: -", "-", "-"
     common = Counter((p["count"], p["eval_seed"]) for p in plain).most_common(1)[0][0]

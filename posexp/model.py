@@ -209,14 +209,15 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
 
     def token_losses(
-        self, idx: torch.Tensor, targets: torch.Tensor, chunk_tokens: int = 1 << 16
+        self, idx: torch.Tensor, targets: torch.Tensor, chunk_tokens: int = 1 << 16,
+        positions: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Per-token loss [batch, seq] in float32.
+        """Per-token loss [batch, seq] in float32, at ``positions`` (see hidden).
 
         The output layer runs over chunks of positions so that [batch, seq, vocab] logits
         never exist at once, which keeps long windows and large vocabularies in bounded memory.
         """
-        h = self.hidden(idx)
+        h = self.hidden(idx, positions)
         step = max(1, chunk_tokens // h.shape[0])
         losses = []
         for start in range(0, h.shape[1], step):

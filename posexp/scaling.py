@@ -227,21 +227,39 @@ def record(method: str, factor: float, params: Mapping) -> dict:
             **{p.name: float(params[p.name]) for p in METHODS[method].params}}
 
 
-Key = tuple | None  # key() of a record; None: RoPE as trained
+# key() of a record; None: as trained.  A randomized run scored at consecutive positions
+# (evaluate/positions.py) is a variant of how it is scored as a scaling is: its key holds
+# ("positions", "consecutive"), beside the scaling's entries if it has one.
+Key = tuple | None
+POSITIONS, CONSECUTIVE = "positions", "consecutive"
 
 
-def key(rec: Mapping | None) -> Key:
-    """A record as a hashable key; None as trained."""
-    if rec is None:
-        return None
-    return tuple(sorted((k, v if isinstance(v, str) else float(v)) for k, v in rec.items()))
+def key(rec: Mapping | None, positions: str | None = None) -> Key:
+    """A record (and a point's positions) as a hashable key; None as trained."""
+    entries = [(k, v if isinstance(v, str) else float(v)) for k, v in (rec or {}).items()]
+    if positions == CONSECUTIVE:
+        entries.append((POSITIONS, CONSECUTIVE))
+    return tuple(sorted(entries)) if entries else None
+
+
+def overrides(k: Key) -> str:
+    """The eval.* overrides that score a run as ``k`` says ("" as trained)."""
+    rec = dict(k or ())
+    out = [f"eval.rope_scaling={rec['method']} eval.rope_scaling.factor={rec['factor']:g}"
+           ] if "method" in rec else []
+    if rec.get(POSITIONS) == CONSECUTIVE:
+        out.append(f"eval.positions={CONSECUTIVE}")
+    return "".join(f" {o}" for o in out)
 
 
 def order(k: Key) -> tuple:
-    """A sort key: as trained first, then by method (the table's order) and factor."""
+    """A sort key: as trained first, then consecutive positions, then by method (the table's
+    order) and factor."""
     if k is None:
         return (0, 0, 0.0, "")
     rec = dict(k)
+    if "method" not in rec:
+        return (1, -1, 0.0, str(k))
     known = list(METHODS)
     rank = known.index(rec["method"]) if rec["method"] in known else len(known)
     return (1, rank, rec["factor"], str(k))
@@ -249,10 +267,18 @@ def order(k: Key) -> tuple:
 
 def text(k: Key) -> str:
     """A scaling in words: its method's label, the multiplication sign and its factor, and the
-    parameters that differ from the papers' defaults."""
+    parameters that differ from the papers' defaults; "consecutive positions" for that
+    variant."""
     if k is None:
         return "as trained"
     rec = dict(k)
+    at = "consecutive positions" if rec.pop(POSITIONS, None) == CONSECUTIVE else None
+    if "method" not in rec:
+        return at
+    return _method_text(rec) + (f" at {at}" if at else "")
+
+
+def _method_text(rec: dict) -> str:
     method = METHODS.get(rec["method"])
     defaults = {p.name: p.default for m in METHODS.values() for p in m.params}
     params = [f"{n} {v:g}" for n, v in rec.items()

@@ -19,6 +19,17 @@ VAL_TOKENS, DOCUMENTS = 100_000, 16  # the validation split of every run written
 LAYOUTS: dict[str, dict] = {}  # id -> record of every layout a point here names
 
 
+def as_trained(records: list[dict], random_positions: int | None) -> list[dict]:
+    """``records`` (points, per-position records) as posexp writes them for a run: a
+    randomized run's say they were scored at sampled positions (evaluate/positions.py),
+    unless they say otherwise."""
+    if random_positions is not None:
+        for p in records:
+            if p.setdefault("positions", "sampled") == "sampled":
+                p.setdefault("positions_seed", 0)
+    return records
+
+
 def spans_of(n_tokens: int, val_tokens: int = VAL_TOKENS) -> Spans:
     """The spans of ``n_tokens`` targets over a split of DOCUMENTS equal documents."""
     spans = layout(val_tokens, np.arange(0, val_tokens, val_tokens // DOCUMENTS), n_tokens)
@@ -80,7 +91,8 @@ def write_run(path: Path, overrides: list[str], curve: list[dict], status: str =
                        "vocab_size": 256, "val_tokens": VAL_TOKENS}}
     (path / "run.json").write_text(json.dumps(info))
     if status == "completed":
-        (path / "eval.json").write_text(eval_file(curve))
+        (path / "eval.json").write_text(eval_file(as_trained(curve,
+                                                             cfg.train.random_positions)))
     return path
 
 

@@ -40,7 +40,9 @@ from posexp.claims.sources import Paper, Scale
 from posexp.report.curves import models_of
 from posexp.report.series import Series, build_series, curve_name
 from posexp.runs import Region, RunResult, is_spread, region_text
+from posexp.scaling import CONSECUTIVE
 from posexp.scaling import Key as Scaling
+from posexp.scaling import key as scaling_key
 
 NONOVERLAPPING, SLIDING = "nonoverlapping", "sliding"
 HOLDS, FAILS, INCONCLUSIVE, UNMEASURED = "holds", "does not hold", "inconclusive", "not measured"
@@ -263,6 +265,13 @@ def variant_of(run: RunResult) -> tuple:
     return tuple((k, run.identity[k]) for k in VARIANT_KEYS if run.identity.get(k) is not None)
 
 
+def consecutive_only(what: str) -> str:
+    """Why a randomized arm scored at consecutive positions alone carries no verdict."""
+    return (f"{what} was scored at consecutive positions only, which it was not trained at; "
+            "it is scored at sorted random positions, as Ruoss et al. score it, when trained "
+            "again (its record holds no weights)")
+
+
 def randomized(encoding: str, train_len: int, positions: int) -> CurveRef:
     """The curve of ``encoding`` trained at ``train_len`` on random positions below
     ``positions`` (train.random_positions)."""
@@ -299,7 +308,13 @@ class Curves:
             if s.region in by_region:
                 return f"two configs of {need.text}: {by_region[s.region].label} and {s.label}"
             by_region[s.region] = s
-        return by_region or f"no completed run of {need.text} with {need.mode} points"
+        if by_region:
+            return by_region
+        variant = astuple(replace(need, scaling=scaling_key(None, CONSECUTIVE)))
+        if any((s.encoding, s.train_len, s.mode, s.scaling, s.fine_tune,
+                variant_of(s.members[0])) == variant for s in self.series):
+            return consecutive_only(need.text)
+        return f"no completed run of {need.text} with {need.mode} points"
 
     def measure(self, needs: list[CurveRef]) -> tuple[dict, list[RunResult], dict] | str:
         """(seed -> length -> point of each needed curve, all on one region; the runs read;

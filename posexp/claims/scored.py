@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from posexp.runs import RunResult
+from posexp.runs import RunResult, point_scaling
 
 NONOVERLAPPING = "nonoverlapping"
 
@@ -18,7 +18,7 @@ NONOVERLAPPING = "nonoverlapping"
 def scored_text(runs: list[RunResult]) -> str:
     """One paragraph per layout the runs' nonoverlapping points were scored on."""
     points = [(r, p) for r in runs for p in r.curve
-              if p["mode"] == NONOVERLAPPING and p.get("spans") and not p.get("rope_scaling")]
+              if p["mode"] == NONOVERLAPPING and p.get("spans") and point_scaling(p) is None]
     names = sorted({p["spans"] for _, p in points})
     if not names:
         return "Scored text: no point was scored on spans over the validation split."

@@ -26,6 +26,7 @@ from posexp.claims.base import (
     Verdict,
     claim_p,
     combined,
+    consecutive_only,
     decide,
     kind_text,
     scope_text,
@@ -35,7 +36,8 @@ from posexp.claims.registry import ClaimSet, Sections, numbered, register_claim_
 from posexp.claims.sources import KAZEMNEJAD, KAZEMNEJAD_SCALE, RUOSS, RUOSS_SCALE
 from posexp.config.check import check_name
 from posexp.errors import UsageError
-from posexp.runs import RunResult, load_runs
+from posexp.runs import RunResult, load_runs, point_scaling
+from posexp.scaling import CONSECUTIVE
 
 # An arm of a task claim: (task, encoding, variant) -- runs of one task and encoding, plain
 # (variant ()) or on random positions (VARIANT_KEYS' values, as variant_of gives them).
@@ -142,6 +144,10 @@ def arm_points(runs: list[RunResult], arms: list[Arm],
             by_seed[r.seed] = r
         if not by_seed:
             return f"no completed run of {arm_text(arm)} at train.seq_len={train_len}"
+        stale = sorted(r.name for r in by_seed.values() if r.tasks and all(
+            p.get("positions") == CONSECUTIVE for p in r.tasks))
+        if stale:
+            return consecutive_only(f"{arm_text(arm)} ({', '.join(stale)})")
         found[arm] = by_seed
     return found
 
@@ -155,13 +161,13 @@ def beyond_points(runs: list[RunResult]) -> dict[Path, list[dict]] | str:
         return "its runs trained on different lengths (max_train_length " \
                f"{', '.join(sorted(map(str, n_max)))})"
     n = n_max.pop()
-    groups = [{(p["count"], p["eval_seed"]) for p in r.tasks if p.get("rope_scaling") is None}
+    groups = [{(p["count"], p["eval_seed"]) for p in r.tasks if point_scaling(p) is None}
               for r in runs]
     common = set.intersection(*groups)
     if not common:
         return "its runs share no held-out instances (task.eval_count, task.eval_seed)"
     count, seed = max(common, key=lambda g: (g[0], -g[1]))
-    lengths = set.intersection(*({p["length"] for p in r.tasks if p.get("rope_scaling") is None
+    lengths = set.intersection(*({p["length"] for p in r.tasks if point_scaling(p) is None
                                   and (p["count"], p["eval_seed"]) == (count, seed)
                                   and p["length"] > n} for r in runs))
     # a length no run could be scored at is one the task cannot represent (addition past
@@ -174,7 +180,7 @@ def beyond_points(runs: list[RunResult]) -> dict[Path, list[dict]] | str:
     out: dict[Path, list[dict]] = {}
     hashes: dict[tuple, str] = {}
     for r in runs:
-        chosen = [p for p in r.tasks if p.get("rope_scaling") is None and p["length"] in lengths
+        chosen = [p for p in r.tasks if point_scaling(p) is None and p["length"] in lengths
                   and (p["count"], p["eval_seed"]) == (count, seed)]
         for p in chosen:
             if not p["applicable"]:
@@ -190,7 +196,7 @@ def in_distribution(run: RunResult) -> float | None:
     """The run's exact match at the longest length it trained on (n_max), as trained, on
     the most held-out instances it was scored on there; None when it was not scored there."""
     n_max = (run.info.get("corpus") or {}).get("max_train_length")
-    at = [p for p in run.tasks if p["length"] == n_max and p.get("rope_scaling") is None
+    at = [p for p in run.tasks if p["length"] == n_max and point_scaling(p) is None
           and p["applicable"]]
     return max(at, key=lambda p: p["count"])["exact"] if at else None
 

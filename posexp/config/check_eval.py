@@ -3,8 +3,9 @@ tokens), and of a task run its task, task lengths and held-out instances."""
 
 from __future__ import annotations
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
+from posexp import scaling
 from posexp.config.bounds import (
     MAX_BATCH_TOKENS,
     MAX_BUCKETS,
@@ -16,7 +17,13 @@ from posexp.config.bounds import (
     MAX_TASK_TOKENS,
 )
 from posexp.config.check_scaling import check_eval_scaling
-from posexp.config.derive import TASK_MULTIPLES_TEXT, eval_lengths, is_task_run, task_lengths
+from posexp.config.derive import (
+    TASK_MULTIPLES_TEXT,
+    as_list,
+    eval_lengths,
+    is_task_run,
+    task_lengths,
+)
 from posexp.config.schema import EvalMode
 from posexp.data.tasks import TASKS, max_length_within
 from posexp.errors import UsageError
@@ -33,6 +40,29 @@ def check_eval(cfg: DictConfig) -> None:
     check_windows(cfg.eval, eval_lengths(cfg))
     check_task_eval(cfg)
     check_eval_scaling(cfg)
+    check_positions(cfg.eval, cfg.train.get("random_positions"), "the run")
+
+
+def check_positions(e: DictConfig, random_positions: int | None, what: str) -> None:
+    """eval.positions: null (as trained) or consecutive, the variant of a run trained on
+    random positions below train.random_positions -- one that is scored with a RoPE
+    scaling, whose frequencies and windows are those of consecutive positions."""
+    at = e.get("positions")
+    if at is None and random_positions is None:
+        return
+    if at not in (None, scaling.CONSECUTIVE):
+        raise UsageError(f"eval.positions must be null (the positions {what} was trained at) "
+                         f"or {scaling.CONSECUTIVE}, got {at!r:.40}")
+    if random_positions is None:
+        raise UsageError(f"eval.positions={scaling.CONSECUTIVE} is a variant of a run trained on "
+                         f"random positions (train.random_positions); {what} was trained at "
+                         "consecutive positions, so drop it")
+    scaled = [m for m in as_list(OmegaConf.select(e, "rope_scaling.method", default=None))
+              if m not in (None, scaling.PLAIN)]
+    if at is None and scaled:
+        raise UsageError(f"{what} was trained on random positions below {random_positions}: "
+                         f"a RoPE scaling ({', '.join(scaled)}) scores it at consecutive "
+                         f"positions only; add eval.positions={scaling.CONSECUTIVE}")
 
 
 def check_windows(e: DictConfig, lengths: list[int]) -> None:

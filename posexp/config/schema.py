@@ -192,6 +192,10 @@ class EvalConfig:
     batch_tokens: int = 32_768  # tokens per forward pass
     per_position_buckets: int = 4  # per doubling of position (evaluate.bucket_edges)
     rope_scaling: EvalScalingConfig = field(default_factory=EvalScalingConfig)
+    # null: the positions the run was trained at (a train.random_positions=M run at sorted
+    # random positions below M, as Ruoss et al. score it); consecutive: such a run at
+    # 0..n-1, a variant that judges no claim (evaluate/positions.py)
+    positions: str | None = None
     # data=task: the task lengths scored; default 1, 1.25, 1.5, 2, 4 x the longest trained on
     task_lengths: list[int] | None = None
 

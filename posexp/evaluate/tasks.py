@@ -36,6 +36,7 @@ from posexp.data.tasks import (
     padded,
     token_accuracy,
 )
+from posexp.evaluate.positions import PLAIN, EvalPositions, task_keys
 from posexp.evaluate.windows import autocast
 from posexp.model import GPT
 
@@ -57,19 +58,22 @@ def row_scores(logits: torch.Tensor, targets: torch.Tensor,
 
 @torch.no_grad()
 def score_instances(model: GPT, instances: list[Instance], device: torch.device,
-                    batch_tokens: int = BATCH_TOKENS) -> tuple[np.ndarray, np.ndarray,
-                                                               float, int]:
-    """row_scores over every instance, the model in eval mode at positions 0..T-1, batches
-    of at most ``batch_tokens`` input tokens (or one instance), each laid out by ``padded``
-    only when it is scored."""
+                    batch_tokens: int = BATCH_TOKENS, at: EvalPositions = PLAIN,
+                    eval_seed: int = 0) -> tuple[np.ndarray, np.ndarray, float, int]:
+    """row_scores over every instance, the model in eval mode at positions 0..T-1 (or at
+    those ``at`` draws for each instance, by its index and ``eval_seed``), batches of at
+    most ``batch_tokens`` input tokens (or one instance), each laid out by ``padded`` only
+    when it is scored."""
     width = max(len(instance.tokens) for instance in instances) - 1
     rows = max(1, batch_tokens // width)
     exact, acc, loss, count = [], [], 0.0, 0
     for start in range(0, len(instances), rows):
-        inputs, targets, loss_mask = (torch.from_numpy(a).to(device)
-                                      for a in padded(instances[start:start + rows]))
+        batch = instances[start:start + rows]
+        inputs, targets, loss_mask = (torch.from_numpy(a).to(device) for a in padded(batch))
+        positions = at.padded([len(i.tokens) - 1 for i in batch], inputs.shape[1],
+                              task_keys(eval_seed, start, len(batch)), device)
         with autocast(device):
-            logits = model.head(model.hidden(inputs))
+            logits = model.head(model.hidden(inputs, positions))
         e, a, s, n = row_scores(logits, targets, loss_mask)
         exact.append(e)
         acc.append(a)
@@ -77,9 +81,11 @@ def score_instances(model: GPT, instances: list[Instance], device: torch.device,
     return np.concatenate(exact), np.concatenate(acc), loss, count
 
 
-def answer_loss(model: GPT, instances: list[Instance], device: torch.device) -> float:
-    """Nats per answer token on ``instances`` (training's validation loss of a task run)."""
-    _, _, loss, count = score_instances(model, instances, device)
+def answer_loss(model: GPT, instances: list[Instance], device: torch.device,
+                at: EvalPositions = PLAIN, eval_seed: int = 0) -> float:
+    """Nats per answer token on ``instances`` of ``eval_seed`` (training's validation loss
+    of a task run), at positions ``at``."""
+    _, _, loss, count = score_instances(model, instances, device, at=at, eval_seed=eval_seed)
     return loss / count
 
 
@@ -110,46 +116,49 @@ def summarize(instances: list[Instance], exact: np.ndarray, acc: np.ndarray, los
 
 
 def task_point(task: Task, length: int, depth: float | None, count: int, eval_seed: int,
-               rope_scaling: dict | None = None) -> dict:
+               rope_scaling: dict | None = None, at: EvalPositions = PLAIN) -> dict:
     """A task point as eval.json holds it (runs.TASK_POINT_KINDS), not yet scored."""
     return {"task": task.name, "length": length, "depth": depth, "count": count,
             "eval_seed": eval_seed, "tokens": task.tokens_for(length),
-            "rope_scaling": rope_scaling, "applicable": True, "reason": None,
+            "rope_scaling": rope_scaling, **at.record(), "applicable": True, "reason": None,
             "exact": None, "exact_low": None, "exact_high": None, "token_acc": None,
             "token_acc_low": None, "token_acc_high": None, "answer_loss": None,
             "chance_exact": None, "chance_token": None, "instances_sha256": None,
             "seconds": None}
 
 
-def why_not(model: GPT, task: Task, length: int) -> str | None:
+def why_not(model: GPT, task: Task, length: int, at: EvalPositions = PLAIN) -> str | None:
     """Why ``model`` cannot be scored on ``task`` at ``length`` (None: it can): the task has
-    no instances of that length, or they need positions past the encoding's table."""
+    no instances of that length, they need positions past the encoding's table, or more
+    distinct positions than a randomized run draws from."""
     reason = task.why_not(length)
     limit, inputs = model.max_positions, task.tokens_for(length) - 1
     if reason is None and limit is not None and inputs > limit:
         reason = (f"{model.cfg.encoding} positions stop at {limit}; there is no position "
                   f"{limit} or beyond to read the {inputs} input tokens of length {length}")
-    return reason
+    return reason or at.why_not(length, inputs)
 
 
 def task_curve(model: GPT, task: Task, wanted: list[tuple[int, float | None]], count: int,
                eval_seed: int, device: torch.device, rope_scaling: dict | None = None,
-               progress: Callable[[int], None] | None = None) -> list[dict]:
+               progress: Callable[[int], None] | None = None,
+               at: EvalPositions = PLAIN) -> list[dict]:
     """One point per (length, depth) of ``wanted`` (depth None but for passkey), each on
-    the ``count`` held-out instances of ``eval_seed``.  ``rope_scaling`` is the record of
-    the RoPE scaling the model scores with, written into each point; ``progress`` is called
-    with 1 after each point."""
+    the ``count`` held-out instances of ``eval_seed`` at positions ``at``.  ``rope_scaling``
+    is the record of the RoPE scaling the model scores with, written into each point;
+    ``progress`` is called with 1 after each point."""
     model.eval()
     points = []
     for length, depth in wanted:
-        p = task_point(task, length, depth, count, eval_seed, rope_scaling)
-        reason = why_not(model, task, length)
+        p = task_point(task, length, depth, count, eval_seed, rope_scaling, at)
+        reason = why_not(model, task, length, at)
         if reason is not None:
             p.update(applicable=False, reason=reason)
         else:
             t0 = time.perf_counter()
             instances = heldout(task, length, count, eval_seed, depth)
-            p.update(summarize(instances, *score_instances(model, instances, device)))
+            p.update(summarize(instances, *score_instances(model, instances, device, at=at,
+                                                           eval_seed=eval_seed)))
             p["seconds"] = round(time.perf_counter() - t0, 3)
         points.append(p)
         if progress is not None:

@@ -46,6 +46,7 @@ import torch
 
 from posexp import stats
 from posexp.errors import UsageError
+from posexp.evaluate.positions import PLAIN, EvalPositions
 from posexp.model import GPT
 from posexp.spans import Spans, held_targets, layout
 
@@ -54,17 +55,20 @@ from posexp.spans import Spans, held_targets, layout
 class Scoring:
     """How a curve is scored (eval.* of a corpus run): the mode, the sliding stride (None:
     half of each window), the scored tokens, the tokens of one forward pass, and the
-    per-position buckets per doubling of position."""
+    per-position buckets per doubling of position, and the positions it is scored at
+    (evaluate/positions.py)."""
 
     mode: str
     stride: int | None
     tokens: int
     batch_tokens: int
     per_position_buckets: int = 4
+    positions: EvalPositions = PLAIN
 
     @classmethod
     def of(cls, e) -> Scoring:
-        """From a config's eval group."""
+        """From a config's eval group, at consecutive positions (a randomized run's scoring
+        replaces ``positions``: run/workloads.py)."""
         return cls(str(getattr(e.mode, "value", e.mode)), e.stride, e.tokens, e.batch_tokens,
                    e.per_position_buckets)
 
@@ -165,11 +169,13 @@ def score_windows(
     device: torch.device,
     buckets: tuple[np.ndarray, np.ndarray] | None = None,
     progress: Callable[[int], None] | None = None,
+    at: EvalPositions = PLAIN,
 ) -> tuple[np.ndarray, dict | None, int]:
     """The loss (nats) of each of the ``n_tokens`` targets of ``windows``, in target order;
     with ``buckets`` (starts, ends), each bucket's mean loss over the whole windows with its
     standard error across windows; and how many targets a clipped window scored.
-    ``progress`` is called with each batch's window count."""
+    ``progress`` is called with each batch's window count; each window is scored at the
+    positions ``at`` draws for it (by its end)."""
     target_loss = torch.zeros(n_tokens, dtype=torch.float64, device=device)
     whole = Buckets(buckets, device) if buckets is not None else None
     clipped = windows.ends < length  # would begin before the stream: one at a time, shorter
@@ -182,7 +188,7 @@ def score_windows(
         e, c, t = windows.ends[i], windows.counts[i], windows.target[i]
         tokens = torch.from_numpy(val[e[:, None] + offsets].astype(np.int64)).to(device)
         with autocast(device):
-            losses = model.token_losses(tokens[:, :-1], tokens[:, 1:]).double()
+            losses = _token_losses(model, tokens, at.at(length, e, device))
         # scored: the last c predictions, the targets t .. t+c-1
         keep = positions[None, :] >= length - torch.from_numpy(c).to(device)[:, None]
         index = torch.from_numpy(t - length + c).to(device)[:, None] + positions
@@ -195,12 +201,21 @@ def score_windows(
         e, c, t = int(windows.ends[i]), int(windows.counts[i]), int(windows.target[i])
         tokens = torch.from_numpy(val[: e + 1].astype(np.int64)).to(device)[None]
         with autocast(device):
-            losses = model.token_losses(tokens[:, :-1], tokens[:, 1:]).double()[0]
+            losses = _token_losses(model, tokens, at.at(e, np.asarray([e]), device))[0]
         target_loss[t : t + c] = losses[-c:]
         if progress is not None:
             progress(1)
     return target_loss.cpu().numpy(), whole.result() if whole else None, \
         int(windows.counts[clipped].sum())
+
+
+def _token_losses(model: GPT, tokens: torch.Tensor,
+                  positions: torch.Tensor | None) -> torch.Tensor:
+    """Float64 losses of the predictions of ``tokens`` [rows, n + 1], at ``positions``
+    [rows, n] (None: 0..n-1; a pretrained model is only ever scored so)."""
+    if positions is None:
+        return model.token_losses(tokens[:, :-1], tokens[:, 1:]).double()
+    return model.token_losses(tokens[:, :-1], tokens[:, 1:], positions=positions).double()
 
 
 def bucket_edges(length: int, per_doubling: int) -> tuple[np.ndarray, np.ndarray]:
@@ -215,7 +230,7 @@ def bucket_edges(length: int, per_doubling: int) -> tuple[np.ndarray, np.ndarray
 
 
 def point(mode: str, length: int, stride: int, spans: Spans,
-          rope_scaling: dict | None = None) -> dict:
+          rope_scaling: dict | None = None, at: EvalPositions = PLAIN) -> dict:
     return {
         "mode": mode,
         "length": length,
@@ -225,6 +240,7 @@ def point(mode: str, length: int, stride: int, spans: Spans,
         "spans": spans.id,
         "documents": spans.documents,
         "rope_scaling": rope_scaling,
+        **at.record(),
         "remainder": None,
         "mean_context": None,
         "applicable": True,
@@ -295,18 +311,19 @@ def extrapolation_curve(
     """
     targets = np.asarray(val[spans.targets()], dtype=np.int64)
     n_bytes = int(token_bytes[targets].sum()) if token_bytes is not None else spans.tokens
-    limit = model.max_positions
-    applicable = applicable_lengths(lengths, limit)
-    longest = per_position_length(applicable, spans) if rope_scaling is None else None
+    at = scoring.positions
+    applicable = scored_lengths(lengths, model.max_positions, at)
+    # the per-position loss is the model's as trained: none for a scaling or a variant
+    longest = per_position_length(applicable, spans) \
+        if rope_scaling is None and not at.consecutive else None
     model.eval()
     curve, per_position = [], None
     for length in sorted(lengths):
         s = window_stride(length, scoring.mode, scoring.stride)
-        p = point(scoring.mode, length, s, spans, rope_scaling)
+        p = point(scoring.mode, length, s, spans, rope_scaling, at)
         if length not in applicable:
             p["applicable"] = False
-            p["reason"] = (f"{model.cfg.encoding} positions stop at {limit}; there is no "
-                           f"position {limit} or beyond to evaluate {length} tokens")
+            p["reason"] = why_not(model, length, at)
             curve.append(p)
             continue
         edges = bucket_edges(length, scoring.per_position_buckets) \
@@ -315,15 +332,15 @@ def extrapolation_curve(
                                  n_bytes)
         curve.append(p)
         if by_bucket is not None:
-            per_position = per_position_record(length, spans, edges, by_bucket)
+            per_position = per_position_record(length, spans, edges, by_bucket, at)
     if per_position is None and longest is not None:
         # sliding mode scores only the tail of each window; the per-position curve needs
         # whole windows, so it takes one nonoverlapping pass at the longest length
         edges = bucket_edges(longest, scoring.per_position_buckets)
         _, by_bucket, _ = score_windows(model, val, longest, span_windows(spans, longest),
                                         spans.tokens, scoring.batch_tokens, device, edges,
-                                        progress)
-        per_position = per_position_record(longest, spans, edges, by_bucket)
+                                        progress, at)
+        per_position = per_position_record(longest, spans, edges, by_bucket, at)
     return curve, per_position
 
 
@@ -346,7 +363,7 @@ def _score_point(p: dict, model: GPT, val: np.ndarray, spans: Spans, scoring: Sc
     windows = span_windows(spans, p["stride"])
     losses, by_bucket, clipped = score_windows(
         model, val, p["length"], windows, spans.tokens, scoring.batch_tokens, device, edges,
-        progress)
+        progress, scoring.positions)
     p["seconds"] = round(time.perf_counter() - t0, 3)
     total = float(losses.sum())
     p["loss"] = total / p["tokens"]
@@ -373,8 +390,20 @@ def window_context(windows: Windows, length: int, stride: int) -> dict:
             "mean_context": round(total / int(c.sum()), 2)}
 
 
-def applicable_lengths(lengths: list[int], max_positions: int | None) -> list[int]:
-    return [L for L in lengths if max_positions is None or max_positions >= L]
+def scored_lengths(lengths: list[int], max_positions: int | None,
+                   at: EvalPositions = PLAIN) -> list[int]:
+    """The lengths a model with ``max_positions`` can be scored at, at positions ``at``."""
+    return [L for L in lengths if (max_positions is None or max_positions >= L)
+            and at.why_not(L, L) is None]
+
+
+def why_not(model: GPT, length: int, at: EvalPositions) -> str:
+    """Why ``model`` cannot be scored at ``length`` (scored_lengths left it out)."""
+    limit = model.max_positions
+    if limit is not None and length > limit:
+        return (f"{model.cfg.encoding} positions stop at {limit}; there is no position "
+                f"{limit} or beyond to evaluate {length} tokens")
+    return at.why_not(length, length)
 
 
 def count_windows(lengths: list[int], scoring: Scoring, spans: Spans,
@@ -382,10 +411,11 @@ def count_windows(lengths: list[int], scoring: Scoring, spans: Spans,
     """How many windows ``extrapolation_curve`` scores (a progress bar's total): every
     applicable length, and in sliding mode the nonoverlapping pass for the per-position loss
     (per_position_length; unless not ``per_position``: a RoPE scaling has none)."""
-    lengths = applicable_lengths(lengths, max_positions)
+    lengths = scored_lengths(lengths, max_positions, scoring.positions)
     mode, stride = scoring.mode, scoring.stride
     total = sum(len(span_windows(spans, window_stride(L, mode, stride)).ends)
                 for L in lengths)
+    per_position = per_position and not scoring.positions.consecutive
     longest = per_position_length(lengths, spans) if per_position else None
     if longest is not None and window_stride(longest, mode, stride) != longest:
         total += len(span_windows(spans, longest).ends)
@@ -397,10 +427,11 @@ def window_stride(length: int, mode: str, stride: int | None) -> int:
 
 
 def per_position_record(length: int, spans: Spans, edges: tuple[np.ndarray, np.ndarray],
-                        by_bucket: dict) -> dict:
-    """The per-position loss of whole nonoverlapping windows: each bucket of positions
-    ``position`` .. ``position_end`` - 1 (0-based) with its mean loss and the standard error
-    of that mean across windows (null for one window)."""
+                        by_bucket: dict, at: EvalPositions = PLAIN) -> dict:
+    """The per-position loss of whole nonoverlapping windows: each bucket of window
+    positions ``position`` .. ``position_end`` - 1 (0-based; of a randomized run, the
+    index in the window, whichever position it was drawn at) with its mean loss and the
+    standard error of that mean across windows (null for one window)."""
     return {
         "mode": "nonoverlapping",
         "length": length,
@@ -412,4 +443,5 @@ def per_position_record(length: int, spans: Spans, edges: tuple[np.ndarray, np.n
         "position_end": edges[1].tolist(),
         "loss": by_bucket["loss"],
         "loss_se": by_bucket["loss_se"],
+        **at.record(),
     }

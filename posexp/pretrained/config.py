@@ -33,7 +33,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from posexp import scaling
 from posexp.config.bounds import MAX_LENGTH
 from posexp.config.check import check_device_name, check_name
-from posexp.config.check_eval import check_task_settings, check_windows
+from posexp.config.check_eval import check_positions, check_task_settings, check_windows
 from posexp.config.compose import worded
 from posexp.config.derive import as_list, run_path
 from posexp.config.guards import parse_override, refuse_code, scaling_sugar
@@ -227,6 +227,7 @@ def check(cfg: DictConfig) -> None:
         raise UsageError("results_dir must not be empty (results_dir=. for this directory)")
     check_device_name(cfg.device)
     check_windows(cfg.eval, list(cfg.eval.lengths))
+    check_positions(cfg.eval, None, "a pretrained model")
     if cfg.eval.task is not None:
         check_task(cfg.eval.task)
     scalings(cfg)

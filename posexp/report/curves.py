@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from posexp.report.series import Series
 from posexp.runs import RunResult
+from posexp.scaling import overrides as scaling_overrides
 from posexp.stats import LEVEL, Interval, over_seeds
 
 NO_INTERVAL = "no interval recorded"
@@ -173,9 +174,7 @@ def not_scored(series: list[Series], mode: str) -> list[str]:
             for r in s.members}
     lines: dict[tuple, str] = {}
     for s in series:
-        scaled = "" if s.scaling is None else (
-            " eval.rope_scaling={method} eval.rope_scaling.factor={factor:g}"
-            .format(**dict(s.scaling)))
+        scaled = scaling_overrides(s.scaling)
         for r in s.members:
             if (s.config, s.scaling, s.region, r.seed) not in have:
                 lines.setdefault((str(r.path), s.scaling), f"{s.label}: posexp eval {r.path} "
@@ -198,8 +197,11 @@ def notes(curves: list[Curve], series: list[Series], mode: str) -> list[str]:
     for c in curves:
         na = [length for length, cell in c.cells.items() if cell.ppl is None]
         if na:
-            lines.append(f"n/a (no position that far; posexp does not clamp): {c.label} at "
-                         f"{', '.join(map(str, na))}")
+            random = c.series.members[0].identity.get("train.random_positions")
+            why = (f"fewer positions below train.random_positions={random} than tokens to "
+                   "draw them for" if random and c.series.scaling is None
+                   else "no position that far; posexp does not clamp")
+            lines.append(f"n/a ({why}): {c.label} at {', '.join(map(str, na))}")
         if c.cells and not any(cell.ratio for cell in c.cells.values()):
             why = ("its parent, whose ppl(L) it is divided by, is not in the report"
                    if c.series.fine_tune else "no point at its training length")

@@ -79,7 +79,7 @@ def bands_notes(plain: Series, scalings: list[Key]) -> list[str]:
     d = int(ident["model.d_model"]) // int(ident["model.n_head"])
     L = plain.root_len  # RoPE scaling's L: a fine-tune's is its root run's (original_len)
     settings = sorted({(r["beta_fast"], r["beta_slow"]) for k in scalings if k is not None
-                       and (r := dict(k))["method"] == "yarn"})
+                       and (r := dict(k)).get("method") == "yarn"})
 
     def shares(bands: tuple[int, int, int]) -> str:
         return " / ".join(f"{100 * n / sum(bands):.0f}%" for n in bands)

@@ -362,8 +362,10 @@ def style_series(series: list[Series]) -> None:
 
 def method_of(s: Series) -> str | None:
     """The RoPE scaling method of a series: the one it was scored with, or else the one its
-    fine-tune trained with; None for a run as trained."""
-    scaling = s.scaling or (s.fine_tune[1] if s.fine_tune else None)
+    fine-tune trained with; None for a run as trained (a randomized run scored at
+    consecutive positions takes its colour)."""
+    scaling = dict(s.scaling or ()).get("method") and s.scaling
+    scaling = scaling or (s.fine_tune[1] if s.fine_tune else None)
     return dict(scaling)["method"] if scaling else None
 
 

@@ -11,11 +11,11 @@ the style in force (``current``), set once per report by ``using``, so no functi
 as an argument.
 
 **Series**: a series' line style and marker say its *role* (``ROLES``: trained as is, trained
-on randomized positions, fine-tuned, scored with a RoPE scaling) and are the same in every
-report, whichever series it holds.  Colour says which encoding (or, in a report of one
-encoding with RoPE scalings, which method); series that share one colour each take a shade
-of it, from light to dark in report order (``ramp``), so that fourteen runs of one encoding
-are fourteen shades, not fourteen copies.
+on randomized positions, fine-tuned, scored with a RoPE scaling, a randomized run scored at
+consecutive positions) and are the same in every report, whichever series it holds.  Colour
+says which encoding (or, in a report of one encoding with RoPE scalings, which method);
+series that share one colour each take a shade of it, from light to dark in report order
+(``ramp``), so that fourteen runs of one encoding are fourteen shades, not fourteen copies.
 """
 
 from __future__ import annotations
@@ -91,9 +91,10 @@ def using(look: Look) -> Iterator[Look]:
 # --- series ------------------------------------------------------------------------------
 TRAINED, RANDOMIZED, FINE_TUNED, SCALED = ("trained", "randomized positions", "fine-tuned",
                                            "RoPE-scaled at eval")
+CONSECUTIVE = "randomized, scored at consecutive positions"
 # role -> (line style, marker): one mapping for every report
 ROLES = {TRAINED: ("-", "o"), RANDOMIZED: ("--", "s"), FINE_TUNED: ("-.", "^"),
-         SCALED: (":", "D")}
+         SCALED: (":", "D"), CONSECUTIVE: ((0, (3, 1, 1, 1, 1, 1)), "v")}
 LONE = 1.8  # a series of one point: its marker this much larger, so no curve hides it
 SEED_LINE = 0.45  # a seed's own line: this share of the mean's width
 FEW_SEEDS = 3  # up to this many seeds, each seed's line is drawn under the mean
@@ -102,9 +103,10 @@ NO_BAND_SEEDS = 2  # a t interval over two seeds (multiplier 12.7) is not drawn 
 
 def role(s) -> str:
     """What a series is, for its line style: a RoPE scaling at evaluation wins over a
-    fine-tune, which wins over randomized training positions."""
+    randomized run scored at consecutive positions, then a fine-tune, then randomized
+    training positions."""
     if s.scaling:
-        return SCALED
+        return SCALED if "method" in dict(s.scaling) else CONSECUTIVE
     if s.fine_tune:
         return FINE_TUNED
     return RANDOMIZED if s.members[0].identity.get("train.random_positions") else TRAINED

@@ -31,14 +31,15 @@ from posexp.report.tasks import (
 )
 from posexp.runs import point_scaling
 from posexp.runs import region as region_of
+from posexp.scaling import key as scaling_key
 from posexp.scaling import text as scaling_text
 
 CSV_COLUMNS = ["experiment", "run", "series", "encoding", "train_seq_len", "seed", "n_params",
                "d_model", "n_layer", "n_head", "corpus", "corpus_fingerprint", "tokenizer",
                "tokenizer_fingerprint", "steps", "tokens_trained", "parent", "mode",
-               "rope_scaling", "rope_scaling_factor", "stride", "length", "spans",
-               "documents", "first_token", "tokens", "applicable", "loss", "ppl", "ppl_low",
-               "ppl_high", "bits_per_token", "bits_per_byte", "reason"]
+               "rope_scaling", "rope_scaling_factor", "positions", "positions_seed", "stride",
+               "length", "spans", "documents", "first_token", "tokens", "applicable", "loss",
+               "ppl", "ppl_low", "ppl_high", "bits_per_token", "bits_per_byte", "reason"]
 POINT_COLUMNS = [c for c in CSV_COLUMNS[CSV_COLUMNS.index("mode"):]
                  if not c.startswith("rope_scaling")]
 # a task point's own fields (runs.TASK_POINT_KINDS), after the perplexity columns; a row of
@@ -74,21 +75,24 @@ def tidy_rows(report: Report) -> list[dict]:
         }
         for p in r.curve:
             label = labels[(config_key(r), point_scaling(p), p["mode"], region_of(p))]
-            scaling = p.get("rope_scaling") or {}
-            rows.append({**run_fields, "series": label,
-                         "rope_scaling": scaling_text(point_scaling(p)) if scaling else None,
-                         "rope_scaling_factor": scaling.get("factor"),
+            rows.append({**run_fields, "series": label, **scaling_cells(p),
                          **{k: p.get(k) for k in POINT_COLUMNS}})
         for p in r.tasks:
             s = tasks[(p["task"], config_key(r), point_scaling(p))]
-            scaling = p.get("rope_scaling") or {}
-            rows.append({**run_fields, "series": s.label,
-                         "rope_scaling": scaling_text(point_scaling(p)) if scaling else None,
-                         "rope_scaling_factor": scaling.get("factor"),
+            rows.append({**run_fields, "series": s.label, **scaling_cells(p),
                          **{k: p.get(k) for k in ("length", "tokens", "applicable", "reason",
+                                                  "positions", "positions_seed",
                                                   *TASK_COLUMNS)},
                          "train_max_length": s.max_length})
     return rows
+
+
+def scaling_cells(p: dict) -> dict:
+    """A point's RoPE scaling columns: the method in words and its factor (empty as
+    trained)."""
+    scaling = p.get("rope_scaling")
+    return {"rope_scaling": scaling_text(scaling_key(scaling)) if scaling else None,
+            "rope_scaling_factor": (scaling or {}).get("factor")}
 
 
 def csv_text(rows: list[dict]) -> str:

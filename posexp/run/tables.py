@@ -8,8 +8,21 @@ from __future__ import annotations
 
 from posexp import stats
 from posexp.runs import point_scaling, region, region_text
+from posexp.scaling import key as scaling_key
 from posexp.scaling import order as scaling_order
 from posexp.scaling import text as scaling_text
+
+
+def scored_as(p: dict) -> str:
+    """How point ``p`` was scored, for a table's title: its RoPE scaling, and a randomized
+    run's positions; "" for a model as trained at consecutive positions."""
+    scaling = p.get("rope_scaling")
+    words = [f"RoPE scaled: {scaling_text(scaling_key(scaling))}"] if scaling else []
+    if p.get("positions") == "sampled":
+        words.append(f"at sorted random positions (seed {p['positions_seed']})")
+    elif p.get("positions"):
+        words.append(f"at {p['positions']} positions")
+    return "".join(f", {w}" for w in words)
 
 
 def format_curve(curve: list[dict], train_len: int, title: str, per_byte: bool = False) -> str:
@@ -23,8 +36,7 @@ def format_curve(curve: list[dict], train_len: int, title: str, per_byte: bool =
         if len({point_scaling(p) for p in ours}) > 1:
             lines.append(format_scalings(ours, train_len, title))
             continue
-        scaling = point_scaling(ours[0])
-        scaled = f", RoPE scaled: {scaling_text(scaling)}" if scaling else ""
+        scaled = scored_as(ours[0])
         lines.append(f"\n{title}: {mode}{scaled}, at every length "
                      f"{region_text(region(ours[0]))}{documents(ours[0])}")
         lines.append(f"{'length':>8}  {'loss (nats)':>11}  {'ppl':>8}  {'bits/token':>10}{extra}")
@@ -102,7 +114,7 @@ def format_tasks(points: list[dict], n_max: int, title: str) -> str:
     for scaling in dict.fromkeys(point_scaling(p) for p in points):
         ours = [p for p in points if point_scaling(p) == scaling]
         depth = any(p["depth"] is not None for p in ours)
-        scaled = f", RoPE scaled: {scaling_text(scaling)}" if scaling else ""
+        scaled = scored_as(ours[0])
         lines.append(f"\n{title}: task {ours[0]['task']}{scaled}, {ours[0]['count']} held-out "
                      f"instances at every length (eval seed {ours[0]['eval_seed']}); trained "
                      f"on lengths up to {n_max}")

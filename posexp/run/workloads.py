@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -23,6 +24,7 @@ from posexp.config.schema import EvalMode
 from posexp.data import Corpus, load_corpus
 from posexp.data.tasks import PAD, TaskData, heldout, training_batch
 from posexp.errors import UsageError
+from posexp.evaluate.positions import PLAIN, EvalPositions
 from posexp.evaluate.tasks import answer_loss, task_curve
 from posexp.evaluate.windows import (
     Scoring,
@@ -102,15 +104,22 @@ def task_batch(data: TaskData, batch_size: int, seed: int, step: int,
     return torch.from_numpy(inputs), torch.from_numpy(targets)
 
 
+def eval_positions(spec: RunSpec) -> EvalPositions:
+    """The positions a run is scored at (evaluate/positions.py): as it was trained, or the
+    variant eval.positions asks for."""
+    return EvalPositions.of(spec.train.random_positions, spec.eval.positions)
+
+
 def curve_wants(mode: str | EvalMode, stride: int | None, lengths: Iterable[int],
-                spans_id: str, tokens: int,
-                scalings: Iterable[dict | None]) -> dict[tuple, Want]:
+                spans_id: str, tokens: int, scalings: Iterable[dict | None],
+                at: EvalPositions = PLAIN) -> dict[tuple, Want]:
     """eval.json key -> want of each curve point at ``lengths`` with each scaling, in
-    ``mode`` (and ``stride``) on the spans ``spans_id`` of ``tokens`` targets: what a trained
-    run and a pretrained model look up in their eval.json alike."""
+    ``mode`` (and ``stride``) on the spans ``spans_id`` of ``tokens`` targets, at positions
+    ``at``: what a trained run and a pretrained model look up in their eval.json alike."""
     mode = EvalMode(mode).value
     return {point_key({"mode": mode, "length": L, "spans": spans_id, "tokens": tokens,
-                       "rope_scaling": record, "stride": window_stride(L, mode, stride)}):
+                       "rope_scaling": record, "stride": window_stride(L, mode, stride),
+                       **at.record()}):
             (record, L) for record in scalings for L in lengths}
 
 
@@ -169,7 +178,8 @@ class CorpusWorkload:
         spans = self.spans(corpus, min(t.val_tokens, held))
         with evaluating(model):
             losses, _, _ = score_windows(model, corpus.val, L, span_windows(spans, L),
-                                         spans.tokens, self.spec.eval.batch_tokens, device)
+                                         spans.tokens, self.spec.eval.batch_tokens, device,
+                                         at=eval_positions(self.spec))
         return float(losses.sum()) / spans.tokens
 
     def requested(self, scalings: Iterable[dict | None],
@@ -184,10 +194,14 @@ class CorpusWorkload:
         if len(ids) != 1:
             return None
         return curve_wants(e.mode, e.stride, self.spec.eval_lengths, ids[0], e.tokens,
-                           scalings)
+                           scalings, self.scoring().positions)
 
     def every(self, scalings: Iterable[dict | None]) -> Wanted:
         return [(record, list(self.spec.eval_lengths)) for record in scalings]
+
+    def scoring(self) -> Scoring:
+        """How the curve is scored: eval.*, at the positions the run was trained at."""
+        return replace(Scoring.of(self.spec.eval), positions=eval_positions(self.spec))
 
     @staticmethod
     def points(data: dict) -> list[dict]:
@@ -202,14 +216,14 @@ class CorpusWorkload:
         """The curve of every scaling and lengths of ``wanted``, each scaling's points written
         to eval.json as soon as they are scored; the model is put back as trained."""
         spec = self.spec
-        scoring, spans = Scoring.of(spec.eval), self.spans(corpus)
+        scoring, spans = self.scoring(), self.spans(corpus)
         layout = (spans.id, self.layout(corpus, spans))
 
         def write(record: dict | None, points: list[dict], per_position: dict | None) -> None:
             run.write_eval(points, per_position, spans=layout,
                            train_seq_len=spec.train.seq_len, encoding=spec.encoding.name,
                            corpus=corpus.fingerprint)
-            if record is None:
+            if record is None and not scoring.positions.consecutive:  # the model as trained
                 sink.log_eval(points, per_position)
 
         with _bar(curve_windows(wanted, scoring, spans, model.max_positions), "win",
@@ -252,9 +266,10 @@ class TaskWorkload:
 
     def val_loss(self, model: GPT, data: TaskData, device: torch.device) -> float:
         """Nats per answer token on VAL_INSTANCES held-out instances of length n_max."""
+        seed = self.spec.task_settings.eval_seed
         with evaluating(model):
-            return answer_loss(model, heldout(data.task, data.n_max, VAL_INSTANCES,
-                                              self.spec.task_settings.eval_seed), device)
+            return answer_loss(model, heldout(data.task, data.n_max, VAL_INSTANCES, seed),
+                               device, eval_positions(self.spec), seed)
 
     def requested(self, scalings: Iterable[dict | None],
                   scored: dict | None = None) -> dict[tuple, Want]:
@@ -265,7 +280,8 @@ class TaskWorkload:
         depths = [float(d) for d in t.depths] if task.takes_depth else [None]
         return {task_point_key({"task": task.name, "length": n, "depth": d,
                                 "count": t.eval_count, "eval_seed": t.eval_seed,
-                                "rope_scaling": record}): (record, (n, d))
+                                "rope_scaling": record, **eval_positions(self.spec).record()}):
+                (record, (n, d))
                 for record in scalings for n in self.spec.task_lengths for d in depths}
 
     def every(self, scalings: Iterable[dict | None]) -> Wanted:
@@ -296,7 +312,7 @@ class TaskWorkload:
             for record, pairs in wanted:
                 rescale(record)
                 new = task_curve(model, data.task, pairs, t.eval_count, t.eval_seed, device,
-                                 record, progress=bar.update)
+                                 record, progress=bar.update, at=eval_positions(self.spec))
                 run.write_eval([], None, tasks=new, train_seq_len=spec.train.seq_len,
                                encoding=spec.encoding.name, corpus=data.fingerprint)
                 points += new

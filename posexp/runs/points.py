@@ -9,7 +9,8 @@ from posexp import scaling
 # stream -- the spans ``spans`` names (posexp/spans.py; eval.json's "spans" holds them), or in
 # eval.json written before posexp spread them, the targets first_token+1 ..
 # first_token+tokens -- and with one RoPE scaling, or as trained (rope_scaling null, or
-# absent in eval.json written before posexp had scalings).
+# absent in eval.json written before posexp had scalings); a randomized run's points say
+# at which positions they were scored ("positions": sampled, as trained, or consecutive).
 POINT_KEYS = frozenset({"mode", "length", "stride", "tokens"})
 # A task point is accuracy on the held-out instances of one length (and depth, for passkey):
 # the same task, length, depth, instance count, eval seed and RoPE scaling replaces it.
@@ -23,7 +24,9 @@ SPANS, TAIL = "spans", "tail"
 
 
 def point_scaling(p: dict) -> scaling.Key:
-    return scaling.key(p.get("rope_scaling"))
+    """How ``p`` was scored: its RoPE scaling, and whether a randomized run was scored at
+    consecutive positions (evaluate/positions.py); None as trained."""
+    return scaling.key(p.get("rope_scaling"), p.get("positions"))
 
 
 def point_key(p: dict) -> tuple:

@@ -82,12 +82,13 @@ POINT_KINDS = {"mode": STR, "length": LENGTH, "stride": LENGTH, "first_token": C
                "applicable": BOOL, "reason": STR, "loss": NONNEG, "ppl": POSITIVE,
                "bits_per_token": NONNEG, "bits_per_byte": NONNEG, "seconds": NONNEG,
                "ppl_low": POSITIVE, "ppl_high": POSITIVE, "block_loss": LIST,
-               "block_tokens": LIST, "rope_scaling": OBJ}
+               "block_tokens": LIST, "rope_scaling": OBJ, "positions": STR,
+               "positions_seed": SEED}
 SCALING_KINDS = {"method": STR, "factor": POSITIVE,
                  **{p.name: FINITE for p in scaling.all_params()}}
 POSITION_KINDS = {"mode": STR, "length": LENGTH, "first_token": COUNT, "spans": STR,
                   "tokens": TOKENS, "position": LIST, "position_end": LIST, "loss": LIST,
-                  "loss_se": LIST}
+                  "loss_se": LIST, "positions": STR, "positions_seed": SEED}
 # A task point (data=task): accuracy on the held-out instances of one length (and depth, for
 # passkey), scored as trained or with a RoPE scaling.  exact is the fraction of instances
 # whose every answer token is the model's argmax (teacher forced, which is greedy decoding's
@@ -103,7 +104,8 @@ TASK_POINT_KINDS = {"task": STR, "length": POSITIVE_INT, "depth": FRACTION,
                     "exact_low": FRACTION, "exact_high": FRACTION, "token_acc": FRACTION,
                     "token_acc_low": FRACTION, "token_acc_high": FRACTION,
                     "answer_loss": NONNEG, "chance_exact": FRACTION, "chance_token": FRACTION,
-                    "seconds": NONNEG, "rope_scaling": OBJ, "instances_sha256": STR}
+                    "seconds": NONNEG, "rope_scaling": OBJ, "instances_sha256": STR,
+                    "positions": STR, "positions_seed": SEED}
 # identity keys the report reads (labels, table columns), beyond being compared
 IDENTITY_KINDS = {"encoding.name": STR, "train.seq_len": INT, "seed": INT,
                   "model.d_model": INT, "model.n_layer": INT, "model.n_head": INT,
@@ -149,6 +151,17 @@ def _check_order(file: Path, where: str, p: dict, low: str, high: str) -> None:
                           f"({b!r:.20}) are not an interval, low <= high")
 
 
+def _check_positions(file: Path, where: str, p: dict) -> None:
+    """A point's positions (a randomized run's) are sampled, with their seed, or
+    consecutive (evaluate/positions.py)."""
+    at = p.get("positions")
+    if at not in (None, "sampled", "consecutive") or (at == "sampled") != (
+            p.get("positions_seed") is not None):
+        raise PosexpError(f"{file} is damaged: {where}'positions' is {at!r:.40} with "
+                          f"positions_seed {p.get('positions_seed')!r:.20}: sampled with a "
+                          "seed, or consecutive without one")
+
+
 def _check_task_points(file: Path, tasks: list) -> None:
     for i, p in enumerate(tasks, 1):
         where = f"task point {i}: "
@@ -157,6 +170,7 @@ def _check_task_points(file: Path, tasks: list) -> None:
         if p.get("rope_scaling") is not None:
             check_fields(file, f"{where}rope_scaling: ", p["rope_scaling"], SCALING_KINDS,
                           ("method", "factor"))
+        _check_positions(file, where, p)
         if p["applicable"]:
             check_fields(file, where, p, {}, ("exact", "token_acc", "answer_loss"))
             for name in ("exact", "token_acc"):
@@ -237,6 +251,7 @@ def _check_curve(file: Path, curve: list, layouts: dict) -> None:
         if p.get("rope_scaling") is not None:
             check_fields(file, f"{where}rope_scaling: ", p["rope_scaling"], SCALING_KINDS,
                          ("method", "factor"))
+        _check_positions(file, where, p)
         if p["stride"] > p["length"]:
             raise PosexpError(f"{file} is damaged: {where}'stride' ({p['stride']}) is longer "
                               f"than its window ('length' {p['length']})")
@@ -251,6 +266,7 @@ def _check_per_position(file: Path, records: list) -> None:
         where = f"per_position record {i}: "
         check_fields(file, where, p, POSITION_KINDS, ("length", "position", "position_end",
                                                       "loss"))
+        _check_positions(file, where, p)
         columns = (p["position"], p["position_end"], p["loss"])
         se = p.get("loss_se")
         if len({len(c) for c in columns}) > 1 or not all(_KINDS[NONNEG](x) for c in columns

@@ -23,6 +23,7 @@ from posexp.runs.records import (
     read_eval,
 )
 from posexp.runs.store import Run
+from posexp.scaling import CONSECUTIVE
 from posexp.scaling import Key as ScalingKey
 from posexp.scaling import key as scaling_key
 from posexp.scaling import order as scaling_order
@@ -150,6 +151,16 @@ def read_points(file: Path) -> dict:
     return data
 
 
+def legacy_positions(data: dict) -> None:
+    """A randomized run's points scored before posexp scored such runs at sampled positions
+    say nothing of their positions: they were scored at consecutive ones, a variant, not the
+    run as trained (evaluate/positions.py).  So they are marked, and their per-position
+    records, of those positions, left out."""
+    for p in (*data["curve"], *data["tasks"]):
+        p.setdefault("positions", CONSECUTIVE)
+    data["per_position"] = [p for p in data["per_position"] if p.get("positions")]
+
+
 def load_run(path: Path) -> RunResult:
     """The run in ``path`` as a report reads it: a completed run with its identity and curve;
     another status (running, failed, ...) with its reason; a run whose run.json, config.yaml
@@ -173,6 +184,8 @@ def load_run(path: Path) -> RunResult:
         data = read_points(path / EVAL)
     except PosexpError as e:
         return RunResult(path, {"status": DAMAGED, "reason": str(e)})
+    if ident.get("train.random_positions") is not None:
+        legacy_positions(data)
     compression = {name: record["compression"] for name, record in data["spans"].items()
                    if isinstance(record.get("compression"), dict)}
     layouts = {name: {"documents": len(set(record.get("document") or ())),

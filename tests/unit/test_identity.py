@@ -163,8 +163,9 @@ def test_validation_loss_is_computed_without_dropout():
         val = torch.randint(0, 256, (2000,)).numpy()
         val_documents = np.array([0, 300, 1100, 1150])
 
-    cfg = OmegaConf.create({"train": {"val_tokens": 512, "seq_len": 16},
-                            "eval": {"batch_tokens": 256}})
+    cfg = OmegaConf.create({"train": {"val_tokens": 512, "seq_len": 16,
+                                      "random_positions": None},
+                            "eval": {"batch_tokens": 256, "positions": None}})
     work = CorpusWorkload(SimpleNamespace(cfg=cfg, train=cfg.train, eval=cfg.eval))
     a, b = (work.val_loss(model, Tiny, torch.device("cpu")) for _ in range(2))
     assert a == b and model.training  # deterministic, and training mode is restored

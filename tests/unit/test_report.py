@@ -43,7 +43,7 @@ from tests.reports import (
     terminal_table,
     write_tables,
 )
-from tests.runs_on_disk import eval_file, spans_of
+from tests.runs_on_disk import as_trained, eval_file, spans_of
 
 C.register()
 
@@ -147,7 +147,9 @@ def write_run(path: Path, text: str, points: list[dict], name: str | None = None
         "length": longest, **{k: points[0].get(k) for k in ("spans", "first_token", "tokens")},
         "position": [0, *ends[:-1]], "position_end": ends,
         "loss": [3.0 - k / 10 for k in range(len(ends))]}
-    (path / "eval.json").write_text(eval_file(points, [per_position]))
+    random = cfg.train.get("random_positions")
+    (path / "eval.json").write_text(eval_file(as_trained(points, random),
+                                              as_trained([per_position], random)))
     return path
 
 

@@ -27,6 +27,7 @@ from posexp.errors import PosexpError, UsageError
 from posexp.runs import load_runs
 from posexp.spans import layout
 from tests.conftest import compose_args as compose
+from tests.runs_on_disk import as_trained
 
 C.register()
 
@@ -124,7 +125,7 @@ def write_run(path: Path, text: str, points: list[dict], **info) -> Path:
         **info}))
     layouts = {r.id: r.record() for r in (REGION, OTHER)}
     (path / "eval.json").write_text(json.dumps({
-        "curve": points, "per_position": [],
+        "curve": as_trained(points, cfg.train.get("random_positions")), "per_position": [],
         "spans": {p["spans"]: layouts[p["spans"]] for p in points if p.get("spans")}}))
     return path
 

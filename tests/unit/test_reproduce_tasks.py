@@ -17,6 +17,7 @@ from posexp.config import compose_overrides
 from posexp.data.tasks import binomial_interval
 from posexp.errors import UsageError
 from posexp.runs import load_runs
+from tests.runs_on_disk import as_trained
 
 C.register()
 
@@ -83,8 +84,9 @@ def make_run(root: Path, task: str, encoding: str, seed: int, beyond: list[float
                    "vocab_size": cfg.data.vocab_size}}))
     points = [task_point(task, n, e, count=count) for n, e in
               zip((N_MAX, 2 * N_MAX, 4 * N_MAX), (at_n_max, *beyond), strict=True)]
-    (path / "eval.json").write_text(json.dumps({"curve": [], "per_position": [],
-                                                "tasks": points}))
+    (path / "eval.json").write_text(json.dumps({
+        "curve": [], "per_position": [],
+        "tasks": as_trained(points, cfg.train.get("random_positions"))}))
     return path
 
 
