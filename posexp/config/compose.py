@@ -17,6 +17,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from posexp.config.check import check, check_given, plain_name
 from posexp.config.check_eval import check_task_eval_key
+from posexp.config.composer import compose_cached
 from posexp.config.errors import composition_error
 from posexp.config.guards import (
     check_bool,
@@ -75,16 +76,14 @@ def compose_overrides(overrides: list[str], config_dir: str | None = None,
     compose, would run code, reads a config from outside posexp's and the --config-dir's,
     names an encoding.module no --config-dir file names, or adds a key posexp does not
     have.  Values are checked by config.check."""
-    from hydra import compose as hydra_compose
-
     overrides = [scaling_sugar(o) for o in overrides]
     check_overrides(overrides, command)
     check_config_name(config_name)
     declared = scan_config_dir(Path(config_dir)) if config_dir else set()
     try:
-        with hydra_context(config_dir):
-            cfg = hydra_compose(config_name or "config", overrides=overrides,
-                                return_hydra_config=True)
+        with hydra_context(config_dir) as hydra:
+            cfg = compose_cached(hydra, config_name or "config", overrides,
+                                 [CONFIG_DIR, *([config_dir] if config_dir else [])])
     except UsageError:
         raise
     except Exception as e:
