@@ -46,7 +46,8 @@ from posexp.scaling import key as scaling_key
 
 NONOVERLAPPING, SLIDING = "nonoverlapping", "sliding"
 HOLDS, FAILS, INCONCLUSIVE, UNMEASURED = "holds", "does not hold", "inconclusive", "not measured"
-VARIANT_KEYS = ("train.random_positions",)  # identity keys a claim may compare runs on
+VARIANT_KEYS = ("train.random_positions", "model.ssmax")  # identity keys a claim may compare
+# runs on: a run that leaves one at its default (unset, false) is of no variant of it
 SUPERIORITY, NON_INFERIORITY, EQUIVALENCE = "superiority", "non-inferiority", "equivalence"
 
 
@@ -262,7 +263,13 @@ def kind_text(claim: Claim) -> str:
 
 
 def variant_of(run: RunResult) -> tuple:
-    return tuple((k, run.identity[k]) for k in VARIANT_KEYS if run.identity.get(k) is not None)
+    return variant({k: run.identity.get(k) for k in VARIANT_KEYS})
+
+
+def variant(values: dict) -> tuple:
+    """The (key, value) pairs of VARIANT_KEYS that set a run apart: those not left at their
+    default (None, or false for a switch)."""
+    return tuple((k, values[k]) for k in VARIANT_KEYS if values.get(k) not in (None, False))
 
 
 def consecutive_only(what: str) -> str:

@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from posexp.campaign import Campaign, held_elsewhere, read_info, read_plan, write_plan
 from posexp.claims.base import UNMEASURED, VARIANT_KEYS, Claim, CurveRef, Verdict
+from posexp.claims.base import variant as variant_of_values
 from posexp.errors import PosexpError, UsageError, first_line
 
 LAUNCHER_ARGS = ("hydra/launcher=", "hydra.launcher.")
@@ -49,8 +50,8 @@ def pending_of(cfg: DictConfig, fine_tune: bool = False,
     the parent's and ``overrides`` the fine-tune's, of which only its length matters here."""
     length = next((int(o.split("=", 1)[1]) for o in reversed(overrides)
                    if o.startswith("train.seq_len=")), int(cfg.train.seq_len))
-    variant = tuple((k, v) for k in VARIANT_KEYS
-                    if (v := OmegaConf.select(cfg, k, default=None)) is not None)
+    variant = variant_of_values({k: OmegaConf.select(cfg, k, default=None)
+                                 for k in VARIANT_KEYS})
     return Pending(str(cfg.encoding.name), length, OmegaConf.select(cfg, "task.name",
                                                                    default=None),
                    variant, fine_tune or OmegaConf.select(cfg, "parent.identity",

@@ -102,9 +102,12 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
-def margins_text(record: dict, first_start: str | None) -> str:
+def margins_text(record: dict, first_start: str | None,
+                 reused: tuple[list[str], str] | None = None) -> str:
     """One paragraph for verdicts.md: where the margins are, when git says they were fixed
-    and changed, against when the suite's first run started (``first_start``, ISO time)."""
+    and changed, against when the suite's first run started (``first_start``, ISO time);
+    ``reused``: the encodings whose runs another suite trained and the first of their starts,
+    said beside (their curves could be seen when the margins were fixed)."""
     head = f"Margins: {record['file']} (sha256 {record['sha256'][:16]})"
     if not record["history_known"]:
         return f"{head}; its history is not known (not in a git checkout)."
@@ -125,4 +128,7 @@ def margins_text(record: dict, first_start: str | None) -> str:
                      + ", ".join(c["commit"][:10] for c in late))
     if record["uncommitted"]:
         text += "; **the file has uncommitted changes**"
+    if reused is not None:
+        text += (f"; the runs of {', '.join(reused[0])} are another suite's, reused (from "
+                 f"{reused[1][:10]}): their curves could be seen before the margins were fixed")
     return text + "."

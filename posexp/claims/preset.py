@@ -61,6 +61,9 @@ class Preset:
     budget_seeds: list | None = None
     # what its runs measured to cost (posexp reproduce -h reads it): hours, on what machine
     cost: str | None = None
+    # encodings whose plain runs another suite trained before this suite's margins were
+    # fixed, reused here: verdicts.md says so, and times the margins against its own runs
+    reused: list | None = None
 
 
 def preset_path(name: str) -> Path:

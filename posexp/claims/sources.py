@@ -101,3 +101,27 @@ CHI_SCALE = Scale("162M parameters on OpenWebText2, GitHub and ArXiv, L = 512, t
 LI = "Li et al., Functional Interpolation for Relative Positions Improves Long Context " \
      "Transformers, ICLR 2024"
 LI_SCALE = Scale("base and large models on C4, L = 2048, tested to 8192 and beyond")
+# The modern suite's papers (#45); each scale as far as the paper's text (or, where said, its
+# authors' repository) was seen to give it.
+LIN = "Lin et al., Forgetting Transformer: Softmax Attention with a Forget Gate, ICLR 2025"
+LIN_SCALE = Scale("760M parameters on LongCrawl64, L = 16,384 (the authors' repository, "
+                  "zhixuan-lin/forgetting-transformer)",
+                  "48B (the authors' repository; not confirmed in the paper's text)")
+YANG = "Yang et al., Rope to Nope and Back Again: A New Hybrid Attention Strategy, " \
+       "NeurIPS 2025"
+YANG_SCALE = Scale("Cohere's pretraining of attention variants, then long-context "
+                   "fine-tuning, evaluated to 128k and beyond",
+                   "up to 750B for the variants compared, 5T for the hybrid")
+BARBERO = "Barbero et al., Round and Round We Go! What makes Rotary Positional Encodings " \
+          "useful?, ICLR 2025"
+BARBERO_SCALE = Scale("Gemma 2B trained from scratch on Wiki and FlanV2 at L = 8,192, "
+                      "scored at L")
+NAKANISHI = "Nakanishi, Scalable-Softmax Is Superior for Attention, arXiv:2501.19399 (2025)"
+NAKANISHI_SCALE = Scale("small language models pretrained with and without SSMax, scored "
+                        "past their training length (sizes not confirmed here)")
+JIN = "Jin et al., LLM Maybe LongLM: Self-Extend LLM Context Window Without Tuning, ICML 2024"
+JIN_SCALE = Scale("pretrained Llama 2 and other RoPE models, no training: their pretraining "
+                  "windows (4,096 for Llama 2) extended at inference")
+CHIANG = "Chiang & Cholak, Overcoming a Theoretical Limitation of Self-Attention, ACL 2022"
+CHIANG_SCALE = Scale("small transformers on FIRST and PARITY, and machine translation, "
+                     "tested on longer strings than trained")

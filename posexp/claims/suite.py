@@ -16,7 +16,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from posexp.campaign import Campaign, read_info
-from posexp.claims.base import HOLDS, Verdict, correct
+from posexp.claims.base import HOLDS, Verdict, correct, variant_of
 from posexp.claims.budgets import (
     at_budget,
     budget_groups,
@@ -295,7 +295,8 @@ def write_verdicts(out: Path, name: str, preset: DictConfig, claim_set: ClaimSet
     note = "\n\n".join(n for n in notes if n) or None
     atomic_write_text(out / "verdicts.md", verdicts_markdown(
         name, preset, by_section, note, failed, devices,
-        f"{provenance_text(made, runs)}\n\n{versions_table(runs)}", scored_text(runs)))
+        f"{provenance_text(made, runs, preset.get('reused'))}\n\n{versions_table(runs)}",
+        scored_text(runs)))
     atomic_write_json(out / "verdicts.json", {
         "preset": name, **made, "seeds": seeds,
         **({"budget_seeds": recorded_budget_seeds(preset, name)} if budgets(preset) else {}),
@@ -333,12 +334,20 @@ def provenance(name: str, preset: DictConfig) -> dict:
                      "package_sha256": package_sha256()}}
 
 
-def provenance_text(made: dict, runs: list[RunResult]) -> str:
-    """The preset's and the code's hashes, and the margins' history against the first run;
-    a margins file not fixed before it is also said on the terminal, in one line."""
+def provenance_text(made: dict, runs: list[RunResult], reused: list | None = None) -> str:
+    """The preset's and the code's hashes, and the margins' history against the first run
+    of its own (not the runs of the encodings it reuses, plain, from another suite); a
+    margins file not fixed before it is also said on the terminal, in one line."""
     code = made["code"]
-    starts = [str(r.info["started_at"]) for r in runs if r.info.get("started_at")]
-    margins = margins_text(made["margins"], min(starts) if starts else None)
+    names = sorted(reused or [])
+
+    def starts(own: bool) -> list[str]:
+        return [str(r.info["started_at"]) for r in runs if r.info.get("started_at")
+                and (r.encoding in names and not variant_of(r)) != own]
+
+    theirs = starts(False)
+    margins = margins_text(made["margins"], min(starts(True), default=None),
+                           (names, min(theirs)) if theirs else None)
     if "**" in margins:  # bold: changed after the first run, uncommitted, never committed
         print(f"posexp reproduce: warning: {margins.replace('**', '')}", file=sys.stderr)
     return (f"Preset file sha256 {made['preset_sha256'][:16]}; posexp {code['posexp']}, "

@@ -69,6 +69,12 @@ def test_the_verdicts_say_whether_the_margins_were_fixed_before_the_first_run(tm
         "(2026-12-01), before the suite's first run started (2026-12-02).")
     assert "**after the suite's first run started** (2026-11-30)" in margins_text(
         fixed, "2026-11-30T09:00:00+00:00")
+    # a suite that reuses another's runs times its margins against its own, and says so
+    assert margins_text(fixed, "2026-12-02T09:00:00+00:00",
+                        (["alibi", "rope"], "2026-11-29T09:00:00+00:00")).endswith(
+        "before the suite's first run started (2026-12-02); the runs of alibi, rope are "
+        "another suite's, reused (from 2026-11-29): their curves could be seen before the "
+        "margins were fixed.")
     margins.write_text("tie: {margin: 0.05, reason: r}\n")
     assert margins_text(margins_record(margins), "2026-12-02T09:00:00+00:00").endswith(
         "; **the file has uncommitted changes**.")

@@ -670,7 +670,7 @@ def test_a_fine_tune_budget_must_be_named_tokens(finetunes):
 
 @pytest.mark.parametrize("fields,message", [
     ({"claims": "ropes"},
-     "claims must be one of press, rope-scaling, encodings, tasks, got 'ropes'"),
+     f"claims must be one of {', '.join(posexp.claims.registry.CLAIM_SETS)}, got 'ropes'"),
     ({"finetunes": [{"parent": ["encoding=rope"], "overrides": ["encoding.scaling=yarn"]}]},
      "the parent of fine-tune ['encoding.scaling=yarn'] (['encoding=rope']) is not one of its "
      "runs"),
