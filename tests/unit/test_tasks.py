@@ -54,6 +54,10 @@ def test_vocabulary():
     ("passkey", ([7, 1, 4, 3, 2], 12, 0.5),
      "the grass is key 7 1 4 3 2 green the sky ? | 7 1 4 3 2 ."),
     ("passkey", ([7, 1, 4, 3, 2], 6, 1.0), "key 7 1 4 3 2 ? | 7 1 4 3 2 ."),
+    ("count", ([("set", 0), ("pass", 0), ("increment", 0), ("increment", 0)], 0),
+     "a 0 the sky a + a + ? a | 0 2 ."),
+    ("count", ([("set", 1), ("increment", 1), ("set", 1), ("set", 0), ("increment", 1)], 1),
+     "b 0 b + b 0 a 0 b + ? b | 0 1 ."),
 ])
 def test_hand_checked_instances(name, args, text):
     instance = get_task(name).make(*args)
@@ -80,9 +84,25 @@ def independent_answer(name: str, prompt: str, length: int) -> str:
         *pairs, query_token, query = words
         assert query_token == "?" and len(pairs) == 2 * length
         return dict(zip(pairs[::2], pairs[1::2], strict=True))[query]
+    if name == "count":
+        return count_answer(words, length)
     assert name == "passkey" and words[-1] == "?" and len(words) - 1 == length
     at = words.index("key")
     return " ".join(words[at + 1 : at + 6])
+
+
+def count_answer(words: list[str], length: int) -> str:
+    """CoPE's counting task, run as the program it reads: ``x 0`` sets x, ``x +`` adds one,
+    ``the sky`` passes; ``? x`` asks for x, answered in two digits."""
+    *program, query_token, query = words
+    assert query_token == "?" and len(program) == 2 * length
+    values = {}
+    for var, op in zip(program[::2], program[1::2], strict=True):
+        if (var, op) == ("the", "sky"):
+            continue
+        values[var] = 0 if op == "0" else values[var] + 1
+        assert op in ("0", "+") and values[var] <= 10
+    return " ".join(f"{values[query]:02d}")
 
 
 @pytest.mark.parametrize("name", [n for n in TASKS if type(TASKS[n]).__module__ != formats])
@@ -168,7 +188,10 @@ def test_oracle_and_single_errors():
 @pytest.mark.parametrize("name", TASKS)
 def test_a_constant_predictor_scores_the_constant_baseline(name):
     task = get_task(name)
-    instances = heldout(task, task.min_length + 1, 300, seed=0)
+    # a short counting program mostly passes (its reference's weights), its answer nearly
+    # always 0: the baseline is measured where the task asks something
+    length = 32 if name == "count" else task.min_length + 1
+    instances = heldout(task, length, 300, seed=0)
     answers = [tuple(i.answer.tolist()) for i in instances]
     modes = [Counter(column).most_common(1)[0][0] for column in zip(*answers, strict=True)]
     common = Counter(answers).most_common(1)[0][0]

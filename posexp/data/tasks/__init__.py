@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from posexp.data.tasks import formats  # noqa: F401 -- registers the formats, after the tasks
+from posexp.data.tasks import counting, formats  # noqa: F401 -- register themselves, after the tasks
 from posexp.data.tasks.generators import (
     AdditionTask,
     CopyTask,
