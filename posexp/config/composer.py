@@ -33,10 +33,10 @@ def compose_cached(hydra: Hydra, config_name: str, overrides: list[str],
     if any(o.is_sweep_override() for o in parsed):
         return hydra_compose(config_name, overrides=overrides, return_hydra_config=True)
     repo = hydra.config_loader.repository
-    # Hydra's rule (defaults_list.Overrides): a config group's override, unless its value is
-    # a dict, picks from the defaults; every other override sets a key afterwards
-    values = [o for o in parsed
-              if isinstance(o.value(), dict) or not repo.group_exists(o.key_or_group)]
+    # an override naming a config group goes with the groups' part (Hydra picks from the
+    # defaults with it, or sets the group's keys to a dict given it); every other one sets a
+    # key afterwards, as Hydra's loader does (defaults_list.Overrides)
+    values = [o for o in parsed if not repo.group_exists(o.key_or_group)]
     groups = [o.input_line for o in parsed if o not in values]
     key = (config_name, tuple(groups), _signature(config_dirs))
     if key not in _BASES:

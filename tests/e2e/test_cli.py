@@ -1,5 +1,6 @@
 """End to end through the real CLI: train, eval, and the errors a user can make."""
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -94,17 +95,30 @@ def test_a_config_is_composed_once(posexp, tmp_path, monkeypatch):
     """posexp train composes its config once; a sweep composes its preset once, each job
     once to plan it and once more for Hydra's launcher (the job's directory and
     environment), and the launcher's own config: the job runs the config posexp planned.
-    --cfg hydra shows Hydra's part of the one composition."""
+    --cfg hydra shows Hydra's part of the one composition.  A composition is posexp's
+    (config/composer.py, which may reuse the part the config groups make) or Hydra's own."""
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
 
-    composed = []
-    load = ConfigLoaderImpl.load_configuration
+    from posexp.config import composer
+
+    composed, inside = [], []
+    load, ours = ConfigLoaderImpl.load_configuration, composer.compose_cached
 
     def counted(self, *args, **kwargs):
-        composed.append(kwargs.get("overrides"))
+        if not inside:
+            composed.append(kwargs.get("overrides"))
         return load(self, *args, **kwargs)
 
+    def counted_ours(hydra, config_name, overrides, config_dirs):
+        composed.append(overrides)
+        inside.append(True)
+        try:
+            return ours(hydra, config_name, overrides, config_dirs)
+        finally:
+            inside.pop()
+
     monkeypatch.setattr(ConfigLoaderImpl, "load_configuration", counted)
+    monkeypatch.setattr(sys.modules["posexp.config.compose"], "compose_cached", counted_ours)
     args = [*TINY, "train.tokens=1024", "results_dir=out"]
     r = posexp("train", "encoding=alibi", *args)
     assert r.returncode == 0, r.stderr

@@ -22,6 +22,7 @@ CASES = [
     ["encoding=rope", "+model.extra=1"],
     ["encoding=rope", "~logger"],
     ["encoding=fire", "run_name='x-${seed}'", "eval.lengths=[16,32]"],
+    ["encoding=rope", "model={d_model:64,n_head:2}"],  # a group's key given a dict: a value
 ]
 
 
