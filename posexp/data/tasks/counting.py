@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from posexp.data.tasks import formats  # noqa: F401 -- the tasks and formats register first
 from posexp.data.tasks.base import Instance, Task, make_instance
 from posexp.data.tasks.registry import register_task
 from posexp.data.tasks.vocab import DIGIT0, LETTER0, PLUS, QUERY, VOCAB
