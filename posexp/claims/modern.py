@@ -1,10 +1,12 @@
-"""The claim set ``modern`` (configs/reproduce/modern.yaml, #45): today's baselines judged at
-the cpu suite's scale and protocol -- forgetting attention (FoX), the hybrid of RoPE and
-NoPE layers, partial RoPE, SSMax, and, on the cpu suite's RoPE runs without retraining,
-Self-Extend and the eval-time log-n temperature.  Every claim is worded as its paper words
-it; where posexp chose the comparator or the length, the source says so.  "Past L" is
-ppl(past_at x L), "far past L" ppl(far_at x L), both fixed in margins/modern.yaml before the
-new arms trained."""
+"""The claim sets of today's baselines (#45), under one margins file (margins/modern.yaml):
+``modern`` (configs/reproduce/modern.yaml) judges them at the cpu suite's scale and protocol
+-- forgetting attention (FoX), the hybrid of RoPE and NoPE layers, partial RoPE, SSMax, and,
+on the cpu suite's RoPE runs without retraining, Self-Extend and the eval-time log-n
+temperature; ``modern-tasks`` (configs/reproduce/modern-tasks.yaml) judges CoPE's own
+claim, counting, on tasks under the tasks suite's recipe and gate.  Every claim is worded as
+its paper words it; where posexp chose the comparator or the length, the source says so.
+"Past L" is ppl(past_at x L), "far past L" ppl(far_at x L), both fixed in margins/modern.yaml
+before the new arms trained."""
 
 from __future__ import annotations
 
@@ -26,12 +28,14 @@ from posexp.claims.base import (
 )
 from posexp.claims.gate import Bar
 from posexp.claims.press import learned_property
-from posexp.claims.registry import ClaimSet, Sections, register_claim_set
+from posexp.claims.registry import ClaimSet, Sections, numbered, register_claim_set
 from posexp.claims.sources import (
     BARBERO,
     BARBERO_SCALE,
     CHIANG,
     CHIANG_SCALE,
+    GOLOVNEVA,
+    GOLOVNEVA_SCALE,
     JIN,
     JIN_SCALE,
     LIN,
@@ -41,6 +45,7 @@ from posexp.claims.sources import (
     YANG,
     YANG_SCALE,
 )
+from posexp.claims.tasks import AccuracyTest, at_least, judge_accuracy
 
 SSMAX = (("model.ssmax", True),)  # the variant of a run trained with SSMax
 
@@ -55,9 +60,7 @@ class Thresholds:
     self_extend: dict  # group (G), neighbor_window (a fraction of L), margin and reason
     extension_factor: float  # NTK-aware and YaRN, Self-Extend's comparators, at this factor
     temperature: str  # the eval-time temperature (a method of posexp/scaling.py)
-    # CoPE's own claims, on its paper's counting task and on copy under the tasks suite's
-    # recipe and gate: fixed here with the rest before any run; no claim of this set reads
-    # them, the task claims that will (#45 item 3) read them from this file
+    # CoPE's own claims (the set modern-tasks): the tasks, the gate, the gain
     cope_tasks: list
     cope_learned: float
     cope_gain: Margin
@@ -159,4 +162,29 @@ def sections(preset: DictConfig) -> Sections:
              eval_claims(L, th))]
 
 
+def cope_claims(preset: DictConfig) -> Sections:
+    """CoPE against RoPE and against NoPE beyond the longest trained length, on each of
+    cope_tasks, in exact match (the tasks suite's statistic)."""
+    th = preset.thresholds
+    gain = float(th.cope_gain.margin)
+    claims = [
+        Claim(f"CoPE generalizes to longer {task} instances better than RoPE and than NoPE",
+              f"{GOLOVNEVA}, abstract (counting and selective copying, where the usual "
+              f"encodings fail{'' if task == 'count' else '; copy here is plain copy'})",
+              GOLOVNEVA_SCALE, th.cope_gain.reason,
+              [(task, enc, ()) for enc in ("cope", "rope", "nope")],
+              [AccuracyTest(f"cope - {enc} exact match beyond n_max", (task, "cope", ()),
+                            (task, enc, ()), at_least(gain)) for enc in ("rope", "nope")])
+        for task in th.cope_tasks]
+    return [(f"Counting what matters ({GOLOVNEVA.split(',')[0]})", claims)]
+
+
+def judge_cope(sections: Sections, runs: list, preset: DictConfig,
+               n_tokens: int) -> list:
+    return [judge_accuracy(c, runs, "exact", int(preset.train_seq_len), n,
+                           float(preset.thresholds.cope_learned))
+            for n, c in numbered(sections)]
+
+
 register_claim_set(ClaimSet("modern", Thresholds, sections, note=learned_property))
+register_claim_set(ClaimSet("modern-tasks", Thresholds, cope_claims, judge=judge_cope))

@@ -125,3 +125,7 @@ JIN_SCALE = Scale("pretrained Llama 2 and other RoPE models, no training: their 
 CHIANG = "Chiang & Cholak, Overcoming a Theoretical Limitation of Self-Attention, ACL 2022"
 CHIANG_SCALE = Scale("small transformers on FIRST and PARITY, and machine translation, "
                      "tested on longer strings than trained")
+GOLOVNEVA = "Golovneva et al., Contextual Position Encoding: Learning to Count What's " \
+            "Important, arXiv:2405.18719 (2024)"
+GOLOVNEVA_SCALE = Scale("small transformers trained on counting, selective copy and "
+                        "Flip-Flop, in and out of distribution (sizes not confirmed here)")
