@@ -10,11 +10,12 @@ from __future__ import annotations
 import hashlib
 import sys
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from posexp import scaling
 from posexp.campaign import Campaign, read_info
 from posexp.claims.base import HOLDS, Verdict, correct, variant_of
 from posexp.claims.budgets import (
@@ -48,7 +49,7 @@ from posexp.claims.preset import (
 )
 from posexp.claims.registry import CLAIM_SETS, ClaimSet
 from posexp.claims.scored import scored_text
-from posexp.config import RunSpec, check, compose
+from posexp.config import RunSpec, check, compose, derive
 from posexp.errors import InUse, PosexpError, UsageError, first_line
 from posexp.report import check_report_dir, write_report
 from posexp.report.tasks import EXACT
@@ -207,7 +208,10 @@ def reproduce(name: str, results_dir: Path, config_dir: str | None = None,
     runs, not_done = split(results)
     main = int(configs[0].train.tokens)
     # paths: the configs' runs, then the fine-tunes' (whose budget is the main one)
-    write_budget_reports(runs, not_done, out, name, preset, main,
+    asked = {p: {scaling.key(rec) for rec in derive.eval_scalings(c)}
+             for c, p in zip(configs, paths[:len(configs)], strict=True)}
+    write_budget_reports([as_asked(r, asked.get(r.path)) for r in runs], not_done, out, name,
+                         preset, main,
                          {p: int(c.train.tokens) for c, p in zip(configs, paths[:len(configs)],
                                                                  strict=True)})
     # a run that failed after it completed (scoring its sliding points) is in the report, but
@@ -222,6 +226,20 @@ def reproduce(name: str, results_dir: Path, config_dir: str | None = None,
         raise PosexpError(f"{len(failed)} of {len(configs) + len(tunes)} runs failed; their "
                           "claims are not measured")
     return rows
+
+
+def as_asked(run: RunResult, asked: set | None) -> RunResult:
+    """``run`` with only the points scored as trained or with a RoPE scaling its preset
+    asks for (``asked``, scaling keys; None: a fine-tune, every point): a run another
+    suite scores with other scalings shows in this suite's report as this suite scores it."""
+    if asked is None:
+        return run
+
+    def kept(points: list[dict]) -> list[dict]:
+        return [p for p in points if p.get("rope_scaling") is None
+                or scaling.key(p["rope_scaling"]) in asked]
+
+    return replace(run, curve=kept(run.curve), tasks=kept(run.tasks))
 
 
 def write_budget_reports(runs: list[RunResult], not_done: list[RunResult], out: Path,
