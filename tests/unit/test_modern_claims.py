@@ -42,3 +42,19 @@ def test_copes_claims_read_the_tasks_gate_and_gain_fixed_with_the_rest():
     for claim in by_number.values():
         assert [(t.a[1], t.b[1]) for t in claim.tests] == [("cope", "rope"), ("cope", "nope")]
         assert all(t.kind.low == float(th.cope_gain.margin) for t in claim.tests)
+
+
+def test_a_suites_report_shows_a_shared_run_as_that_suite_scores_it(tmp_path):
+    """A run another suite scored with RoPE scalings keeps, in this suite's report, the
+    points as trained and those with the scalings this suite asks for."""
+    from posexp.claims.suite import as_asked
+    from posexp.runs import RunResult
+
+    ntk = scaling.record("ntk", 4.0, {p.name: p.default for p in scaling.all_params()})
+    yarn = scaling.record("yarn", 4.0, {p.name: p.default for p in scaling.all_params()})
+    points = [{"length": 128, "rope_scaling": None}, {"length": 512, "rope_scaling": ntk},
+              {"length": 512, "rope_scaling": yarn}]
+    run = RunResult(tmp_path, {"status": "completed"}, curve=points)
+    assert as_asked(run, {None}).curve == points[:1]
+    assert as_asked(run, {None, scaling.key(yarn)}).curve == [points[0], points[2]]
+    assert as_asked(run, None).curve == points  # a fine-tune: every point
