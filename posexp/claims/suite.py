@@ -208,12 +208,10 @@ def reproduce(name: str, results_dir: Path, config_dir: str | None = None,
     runs, not_done = split(results)
     main = int(configs[0].train.tokens)
     # paths: the configs' runs, then the fine-tunes' (whose budget is the main one)
-    asked = {p: {scaling.key(rec) for rec in derive.eval_scalings(c)}
-             for c, p in zip(configs, paths[:len(configs)], strict=True)}
+    planned = list(zip(configs, paths[:len(configs)], strict=True))
+    asked = {p: {scaling.key(rec) for rec in derive.eval_scalings(c)} for c, p in planned}
     write_budget_reports([as_asked(r, asked.get(r.path)) for r in runs], not_done, out, name,
-                         preset, main,
-                         {p: int(c.train.tokens) for c, p in zip(configs, paths[:len(configs)],
-                                                                 strict=True)})
+                         preset, main, {p: int(c.train.tokens) for c, p in planned})
     # a run that failed after it completed (scoring its sliding points) is in the report, but
     # its claims are not measured
     rows = verdicts([r for r in runs if r.path not in failed], preset, n_tokens.pop(),
