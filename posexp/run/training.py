@@ -186,6 +186,7 @@ class Progress:
     def __init__(self, total: int, unit: str, desc: str, enabled: bool = True,
                  initial: int = 0, watch_stop: bool = True, **bar: object) -> None:
         self.total, self.unit, self.desc, self.done = total, unit, desc, initial
+        self.initial = initial  # a resumed run's work before this process: not timed here
         self.postfix: dict[str, object] = {}
         self.stop_sent = not watch_stop  # the training loop reads stop requests itself
         tty = enabled and sys.stderr.isatty()
@@ -220,9 +221,9 @@ class Progress:
         scale = self.unit == "tok"
         done, total = (f"{self.done:,}", f"{self.total:,}") if not scale else \
             (f"{self.done / 1e6:.2f}M", f"{self.total / 1e6:.2f}M")
-        left = ""
-        if 0 < share < 1 and elapsed > 0:
-            left = f", about {duration(elapsed * (1 - share) / share)} left"
+        left, since = "", self.done - self.initial
+        if 0 < share < 1 and elapsed > 0 and since > 0:
+            left = f", about {duration(elapsed * (self.total - self.done) / since)} left"
         extra = "".join(f", {k} {v}" for k, v in self.postfix.items())
         print(f"posexp: {self.desc}: {done} of {total} {self.unit} ({share:.0%}), "
               f"{duration(elapsed)}{left}{extra}", file=sys.stderr, flush=True)

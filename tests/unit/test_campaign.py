@@ -116,6 +116,20 @@ def test_nothing_starts_once_the_limit_has_passed(tmp_path, capsys):
     assert "e/done" not in capsys.readouterr().err
 
 
+def test_nothing_starts_once_the_sweep_is_stopped(tmp_path, monkeypatch, capsys):
+    from posexp.run.training import STOP_FILE
+
+    monkeypatch.setenv(STOP_FILE, str(tmp_path / "stop"))
+    (tmp_path / "stop").write_text("15\n")  # the parent's SIGTERM (sweep/stop.py)
+    campaign = Campaign("posexp reproduce", 600, [])
+    assert not campaign.admit(tmp_path / "e" / "a", tokens(1))
+    assert capsys.readouterr().err == \
+        "posexp reproduce: pending: e/a (not started: stopped by SIGTERM)\n"
+    completed(tmp_path / "e" / "done", 100.0, "2026-12-01T00:00:00")
+    assert not campaign.admit(tmp_path / "e" / "done", tokens(1))  # not rescored either
+    assert capsys.readouterr().err == ""
+
+
 def test_claims_whose_runs_are_pending_get_no_verdict(tmp_path):
     runs = claim_runs(tmp_path)
     rows = by_number(verdicts(runs, PRESET, 512, [

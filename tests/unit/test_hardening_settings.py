@@ -298,6 +298,17 @@ def test_progress_is_plain_lines_where_stderr_is_not_a_terminal(monkeypatch, cap
     assert capsys.readouterr().err == ""
 
 
+def test_a_resumed_loop_times_only_its_own_work(monkeypatch, capsys):
+    from posexp.run import training
+
+    clock = iter([0.0, 10.0, 10.0])  # start, then the line after 10 s
+    monkeypatch.setattr(training.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setenv("POSEXP_PROGRESS_SECONDS", "0")
+    bar = training.Progress(100, "win", "resumed", True, initial=80)
+    bar.update(10)  # 10 in 10 s, 10 left: about 10 s, not the 2 s that 90% of 10 s says
+    assert "90 of 100 win (90%), 10s, about 10s left" in capsys.readouterr().err
+
+
 def test_a_stop_file_is_handed_to_this_process_handler(monkeypatch, tmp_path):
     from posexp.run.training import STOP_FILE, Progress, stop_requested
     from posexp.sweep.stop import request_stop
