@@ -174,7 +174,7 @@ class TrainConfig:
     compile: bool | None = None  # torch.compile the training step; default: on CUDA only
     # Randomized positions (Ruoss et al., ACL 2023): each training sequence reads a sorted
     # random subset of the positions 0..M-1 (M >= seq_len) instead of 0..seq_len-1; null: off.
-    # Evaluation always reads ordinary positions.
+    # It is scored so too (eval.positions, evaluate/positions.py).
     random_positions: int | None = None
     # Which numerics train the run, and on what kind of device (cpu | cuda | mps; null: the
     # kind of `device`, auto's as this machine has it): identity, so that a GPU's bf16 run is

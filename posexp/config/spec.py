@@ -137,6 +137,11 @@ class RunSpec:
             cfg.eval.lengths = list(eval_lengths)
         return RunSpec.of(cfg)
 
+    def scored_as(self, overrides: dict) -> RunSpec:
+        """The same run scored under other eval.* (or task.*) settings ``overrides``: how
+        points of an earlier scoring are scored again (run/evaluation.py)."""
+        return RunSpec.of(OmegaConf.merge(self.config(), overrides))
+
     def config(self) -> DictConfig:
         """A writable copy of the config, to derive another run's from."""
         out = self.cfg.copy()

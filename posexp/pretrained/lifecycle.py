@@ -37,7 +37,7 @@ from posexp.pretrained.model import (
     transformers,
 )
 from posexp.pretrained.rope import check_scalings
-from posexp.pretrained.scoring import PretrainedWorkload, load_text, score
+from posexp.pretrained.scoring import PretrainedWorkload, load_text, score_all
 from posexp.pretrained.source import Source, fingerprints, resolve
 from posexp.run.evaluation import (
     points_to_score,
@@ -195,10 +195,10 @@ def _score(run: Run, spec: RunSpec, source: Source, loaded: tuple[PretrainedLM, 
     lm, corpus = loaded
     spans = scored_spans(len(corpus.val), corpus.val_documents, spec.eval.tokens)
     work, asked = PretrainedWorkload(spec, spans, str(run.path)), spec.scalings
-    todo = points_to_score(run, work, asked)
+    todo, held = points_to_score(run, work, asked)
     run.update(device=str(device), dtype=str(dtype_for(device)).removeprefix("torch."),
                n_params=lm.n_params(), corpus=corpus.describe())
-    if not todo:
+    if not todo and not held:
         print(f"posexp: {run.path}: eval.json holds every point asked for; nothing to score",
               file=sys.stderr)
         print(requested_table(run, work, asked, None))
@@ -215,8 +215,9 @@ def _score(run: Run, spec: RunSpec, source: Source, loaded: tuple[PretrainedLM, 
     if not done:
         run.update(status="running", reason=None)
     try:
-        seconds = score_timed(run, lambda: score(lm, tokenizer, run, spec, corpus, spans, todo,
-                                                 device, progress), stopped_by_signals())
+        seconds = score_timed(run, lambda: score_all(lm, tokenizer, run, spec, corpus, todo,
+                                                     held, device, progress),
+                              stopped_by_signals())
     except BaseException as e:
         if not done:
             stopped = isinstance(e, (Stopped, KeyboardInterrupt))

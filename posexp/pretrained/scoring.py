@@ -28,14 +28,15 @@ from posexp.evaluate.windows import (
     check_val_size,
     curve_windows,
     score_curves,
+    scored_spans,
 )
 from posexp.pretrained import passkey
 from posexp.pretrained.model import PretrainedLM
 from posexp.pretrained.rope import Rescaler
 from posexp.pretrained.source import TOKENIZER, Source
-from posexp.run.protocols import Want, Wanted
+from posexp.run.protocols import Held, Want, Wanted
 from posexp.run.tables import format_curve, format_tasks
-from posexp.run.workloads import curve_wants, group
+from posexp.run.workloads import curve_again, curve_wants, gather, group, task_again
 from posexp.runs import Run, point_key, task_point_key
 from posexp.spans import Spans
 
@@ -129,6 +130,11 @@ class PretrainedWorkload:
         return "\n".join(([format_curve(curve, L, title, per_byte=True)] if curve else [])
                          + ([format_tasks(tasks, L, title)] if tasks else []))
 
+    @staticmethod
+    def held(points: list[dict]) -> tuple[Held, list[dict]]:
+        """The curve and passkey points ``points`` as this code scores them again."""
+        return gather(points, lambda p: task_again(p) if "task" in p else curve_again(p, None))
+
 
 def score(lm: PretrainedLM, tokenizer, run: Run, spec: RunSpec, corpus: Corpus,
           spans: Spans, wanted: Wanted, device: torch.device, progress: bool = True) -> None:
@@ -161,3 +167,13 @@ def score(lm: PretrainedLM, tokenizer, run: Run, spec: RunSpec, corpus: Corpus,
                     bar.update(1)
         finally:
             rescaler.set(None)
+
+
+def score_all(lm: PretrainedLM, tokenizer, run: Run, spec: RunSpec, corpus: Corpus,
+              wanted: Wanted, held: Held, device: torch.device, progress: bool = True) -> None:
+    """Score ``wanted``, then the points ``held`` of an eval.json of other code set aside,
+    each group under the overrides that score it again (run.evaluation.points_to_score)."""
+    for each, todo in [(spec, wanted), *((spec.scored_as(o), w) for o, w in held)]:
+        if todo:
+            spans = scored_spans(len(corpus.val), corpus.val_documents, each.eval.tokens)
+            score(lm, tokenizer, run, each, corpus, spans, todo, device, progress)

@@ -6,6 +6,7 @@ scaling; each scaling's points are written as soon as they are scored."""
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -17,7 +18,7 @@ from posexp import scaling
 from posexp.config import RunSpec
 from posexp.config.schema import EvalMode
 from posexp.errors import PosexpError, UsageError, first_line, on_signals
-from posexp.run.protocols import Scored, Wanted
+from posexp.run.protocols import Held, Scored, Wanted
 from posexp.run.setup import build_model, pick_device
 from posexp.run.training import Interrupted
 from posexp.run.workloads import group, wanted_text, workload_of
@@ -66,20 +67,35 @@ def this_code(spec: RunSpec) -> dict:
     return code_record(spec.encoding.module)
 
 
-def set_aside_other_code(run: Run, scored: dict, what: str) -> dict:
-    """``scored`` (eval.json), or when its points were scored by other code than this
-    process's -- another posexp source, or eval.json written before posexp recorded its
-    code -- empty, after copying it aside (Run.restart_eval) with one line that says so:
-    one run's points all come from one code, so every point asked for is then scored
-    again, and the first of them starts eval.json anew."""
+def set_aside_other_code(run: Run, scored: dict, work: Scored,
+                         scalings: Iterable[dict | None]) -> tuple[dict, Held]:
+    """``scored`` (eval.json) and nothing more to score, or when its points were scored by
+    other code than this process's -- another posexp source, or eval.json written before
+    posexp recorded its code -- empty, after copying it aside (Run.restart_eval) with one
+    line that says so, and the points it held beyond those asked for with ``scalings``, by
+    the overrides that score them again (Scored.held): one run's points all come from one
+    code, so every point it held is scored again with this code, and none is lost to
+    another suite's scoring of the same run.  Refused, before anything moves, when this code
+    cannot score some of them again."""
     other = run.other_code(scored)
     if other is None:
-        return scored
+        return scored, []
+    asked = set(work.requested(scalings, scored) or {})
+    held, lost = work.held([p for p in work.points(scored) if work.key(p) not in asked])
+    if lost:
+        raise PosexpError(
+            f"{run.path}: eval.json holds {len(lost)} {work.what}(s) scored by other code "
+            f"({other}) that this posexp cannot score again (the first: "
+            f"{json.dumps(lost[0], default=str)[:120]}...), and scoring it now would move "
+            "them aside: score it with the posexp that wrote them, or train it again "
+            "(train.resume=false)")
     aside = run.restart_eval("other-code")
+    n = sum(len(items) for _, wanted in held for _, items in wanted)
+    also = f", and the {n} others it held, are" if n else " is"
     print(f"posexp: {run.path}: eval.json holds points scored by other code ({other}); it is "
-          f"kept as {aside.name}, and every {what} asked for is scored again with this code",
-          file=sys.stderr)
-    return {k: type(v)() for k, v in EMPTY.items()}
+          f"kept as {aside.name}, and every {work.what} asked for{also} scored again with "
+          "this code", file=sys.stderr)
+    return {k: type(v)() for k, v in EMPTY.items()}, held
 
 
 def check_protocol(run: Run, info: dict, doing: str) -> None:
@@ -118,12 +134,13 @@ def requested_table(run: Run, work: Scored, scalings: Iterable[dict | None],
 
 
 def points_to_score(run: Run, work: Scored, scalings: Iterable[dict | None],
-                    only_missing: bool = True) -> Wanted:
+                    only_missing: bool = True) -> tuple[Wanted, Held]:
     """What to score with ``scalings``: the points eval.json lacks, or with ``only_missing``
-    false every one asked for -- after an eval.json of other code is set aside, so that
-    one run's points come from one code (set_aside_other_code)."""
-    scored = set_aside_other_code(run, read_scored(run), work.what)
-    return missing_points(work, scalings, scored) if only_missing else work.every(scalings)
+    false every one asked for; and after an eval.json of other code is set aside, the points
+    it held beside them, by the overrides that score them again (set_aside_other_code)."""
+    scored, held = set_aside_other_code(run, read_scored(run), work, scalings)
+    wanted = missing_points(work, scalings, scored) if only_missing else work.every(scalings)
+    return wanted, held
 
 
 def score_timed(run: Run, score: Callable[[], object],
@@ -208,7 +225,7 @@ def evaluate(run: Run, spec: RunSpec, device: torch.device, header: str | None =
         raise PosexpError(f"{run.path / CHECKPOINT} does not match config.yaml: "
                           f"{first_line(e)}") from None
     model.to(device)
-    wanted = points_to_score(run, work, scalings, only_missing)
+    wanted, held = points_to_score(run, work, scalings, only_missing)
     if only_missing:
         print(f"posexp: {run.path}: already completed; scoring the "
               f"{sum(len(items) for _, items in wanted)} missing {work.what}(s) "
@@ -216,7 +233,14 @@ def evaluate(run: Run, spec: RunSpec, device: torch.device, header: str | None =
               file=sys.stderr)
     if header:
         print(header, file=sys.stderr)
-    score_timed(run, lambda: work.score(model, data, run, Sink(), device, wanted),
+
+    def score() -> None:
+        work.score(model, data, run, Sink(), device, wanted)
+        for overrides, again in held:  # an eval.json of other code's points, this code's
+            workload_of(spec.scored_as(overrides)).score(model, data, run, Sink(), device,
+                                                          again)
+
+    score_timed(run, score,
                 signals_interrupt(info.get("steps", 0), "during evaluation; the points scored "
                                   "so far are in eval.json; run the same command again to "
                                   "score the rest"))

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 Want = tuple  # (scaling record or None, item)
 Wanted = list[tuple[dict | None, list]]  # the items of each scaling, in order
+Held = list[tuple[dict, Wanted]]  # points to score again: config overrides, their wants
 
 
 @runtime_checkable
@@ -52,6 +53,11 @@ class Scored(Protocol):
 
     def table(self, points: list[dict], corpus_tokenizer: str | None) -> str:
         """The table printed at the end of scoring."""
+
+    def held(self, points: list[dict]) -> tuple[Held, list[dict]]:
+        """Points of eval.json (of another code) as this code scores them again: the
+        overrides of the run's config that score each group, with its wants; and the points
+        it cannot score again."""
 
 
 @runtime_checkable

@@ -12,6 +12,7 @@ corpus length or a task's (length, depth); ``group`` gathers wants by scaling.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 
@@ -37,7 +38,7 @@ from posexp.evaluate.windows import (
     window_stride,
 )
 from posexp.model import GPT
-from posexp.run.protocols import Want, Wanted, Workload
+from posexp.run.protocols import Held, Want, Wanted, Workload
 from posexp.run.setup import set_scaling
 from posexp.run.tables import format_curve, format_tasks
 from posexp.run.training import Progress, to_device
@@ -108,6 +109,51 @@ def eval_positions(spec: RunSpec) -> EvalPositions:
     """The positions a run is scored at (evaluate/positions.py): as it was trained, or the
     variant eval.positions asks for."""
     return EvalPositions.of(spec.train.random_positions, spec.eval.positions)
+
+
+def held_positions(p: dict) -> str | None:
+    """eval.positions that scores the point ``p`` again: consecutive for a randomized run's
+    variant at 0..n-1, else as trained (null)."""
+    return scaling.CONSECUTIVE if p.get("positions") == scaling.CONSECUTIVE else None
+
+
+def curve_again(p: dict, random_positions: int | None) -> tuple[dict, Want] | None:
+    """The eval.* overrides and the want that score the curve point ``p`` again -- its
+    mode, stride, scored tokens and positions; None when none of this code's does (a region
+    eval.json no longer lays out)."""
+    mode, n, record = p["mode"], p["length"], p.get("rope_scaling")
+    stride = None if p["stride"] == window_stride(n, mode, None) else p["stride"]
+    at = held_positions(p)
+    again = curve_wants(mode, stride, [n], p.get("spans") or "", p["tokens"], [record],
+                        EvalPositions.of(random_positions, at))
+    if p.get("spans") is None or point_key(p) not in again:
+        return None
+    return {"eval": {"mode": mode, "stride": stride, "tokens": p["tokens"],
+                     "positions": at}}, (record, n)
+
+
+def task_again(p: dict) -> tuple[dict, Want]:
+    """The task.* and eval.* overrides and the want that score the task point ``p`` again:
+    its instance count, eval seed and positions."""
+    depth = None if p.get("depth") is None else float(p["depth"])
+    return ({"task": {"eval_count": p["count"], "eval_seed": p["eval_seed"]},
+             "eval": {"positions": held_positions(p)}},
+            (p.get("rope_scaling"), (p["length"], depth)))
+
+
+def gather(points: list[dict],
+           again: Callable[[dict], tuple[dict, Want] | None]) -> tuple[Held, list[dict]]:
+    """``points`` by the overrides that score them again (``again``), with their wants;
+    and those ``again`` has none for."""
+    held: dict[str, tuple[dict, list[Want]]] = {}
+    lost = []
+    for p in points:
+        if (got := again(p)) is None:
+            lost.append(p)
+            continue
+        overrides, want = got
+        held.setdefault(json.dumps(overrides, sort_keys=True), (overrides, []))[1].append(want)
+    return [(overrides, group(wants)) for overrides, wants in held.values()], lost
 
 
 def curve_wants(mode: str | EvalMode, stride: int | None, lengths: Iterable[int],
@@ -236,6 +282,10 @@ class CorpusWorkload:
         return format_curve(points, self.spec.train.seq_len, str(self.spec.path),
                             per_byte=corpus_tokenizer not in (None, "byte"))
 
+    def held(self, points: list[dict]) -> tuple[Held, list[dict]]:
+        """The curve points ``points`` as this code scores them again (curve_again)."""
+        return gather(points, lambda p: curve_again(p, self.spec.train.random_positions))
+
 
 class TaskWorkload:
     """Generated instances of a task; scored by accuracy on held-out instances at each task
@@ -320,6 +370,12 @@ class TaskWorkload:
 
     def table(self, points: list[dict], corpus_tokenizer: str | None) -> str:
         return format_tasks(points, self.spec.n_max, str(self.spec.path))
+
+    def held(self, points: list[dict]) -> tuple[Held, list[dict]]:
+        """The task points ``points`` as this code scores them again (task_again); one of
+        another task is scored by no config of this run."""
+        return gather(points, lambda p: task_again(p) if p["task"] == self.spec.task.name
+                      else None)
 
 
 def workload_of(spec: RunSpec) -> Workload:

@@ -150,6 +150,19 @@ def scored_again_with_this_code(run: Path) -> None:
     assert read_json(aside)["code"]["source_sha256"] == "0" * 64  # kept, whole
 
 
+def held_points_scored_again_beside_the_new(run: Path) -> None:
+    """A point asked for under other code: every point eval.json held is scored again
+    with this code beside it (one run's points come from one code), none dropped, and
+    since the numbers' code is the same here, to the same values."""
+    data = strict_json(run / "eval.json")
+    assert data["code"]["source_sha256"] not in ("0" * 64, None)
+    [aside] = run.glob("eval.json.other-code-*")
+    old = {(p["mode"], p["length"]): p["loss"] for p in read_json(aside)["curve"]}
+    new = {(p["mode"], p["length"]): p["loss"] for p in data["curve"]}
+    assert sorted(new) == [*sorted(old), ("sliding", 128)]
+    assert {k: new[k] for k in old} == old
+
+
 def resumed_with_both_codes(run: Path) -> None:
     info = read_json(run / "run.json")
     assert info["status"] == "completed"
@@ -189,6 +202,10 @@ ROWS = [
         other_code, ("eval", "{run}", "eval.lengths=[16,32,64,128]"), 0,
         "eval.json holds points scored by other code", kept=False,
         after=scored_again_with_this_code),
+    Row("4 eval of a new mode after posexp's source changed: the old points scored again too",
+        other_code, ("eval", "{run}", "eval.lengths=[128]", "eval.mode=sliding"), 0,
+        "and the 3 others it held, are scored again with this code", kept=False,
+        after=held_points_scored_again_beside_the_new),
     Row("4 train again after posexp's source changed, nothing missing: skipped, untouched",
         other_code, ("train", "encoding=rope", *TINY, "results_dir=out"), 0,
         "already completed, and eval.json holds every point asked for"),
