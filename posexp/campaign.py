@@ -172,15 +172,15 @@ class Campaign:
             self.paths.append(path)
         if self.deadline is None:
             return True
+        if self.expired:  # a recorded run is left as it is, and is not pending
+            if read_info(path).get("status") != "completed":
+                self.say("pending", path, "not started: the time limit has passed")
+            return False
         from posexp.run.training import stop_requested
 
         if (signum := stop_requested()) is not None:  # the sweep was stopped: none starts
             if read_info(path).get("status") != "completed":
                 self.say("pending", path, f"not started: stopped by {signal.Signals(signum).name}")
-            return False
-        if self.expired:  # a recorded run is left as it is, and is not pending
-            if read_info(path).get("status") != "completed":
-                self.say("pending", path, "not started: the time limit has passed")
             return False
         if read_info(path).get("status") == "completed":  # nothing to train: its points
             return True                                   # are scored, or it is skipped
