@@ -25,6 +25,8 @@ def request_stop(signum: int, frame: object = None) -> None:
     if not path:
         return
     with contextlib.suppress(OSError):
+        # its folder made again if it went (a tidy-up of /tmp): else no job would ever stop
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
         first = Path(path).read_text().split()[0] if os.path.exists(path) else str(signum)
         Path(f"{path}.tmp{os.getpid()}").write_text(f"{first}\n")
         os.replace(f"{path}.tmp{os.getpid()}", path)

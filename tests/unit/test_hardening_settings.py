@@ -309,6 +309,17 @@ def test_a_resumed_loop_times_only_its_own_work(monkeypatch, capsys):
     assert "90 of 100 win (90%), 10s, about 10s left" in capsys.readouterr().err
 
 
+def test_a_stop_is_written_though_its_folder_was_tidied_away(monkeypatch, tmp_path):
+    """A sweep's stop folder in /tmp removed while it runs: a signal writes it again, or no
+    job would ever stop (seen: a campaign that started job after job after SIGTERM)."""
+    from posexp.run.training import STOP_FILE, stop_requested
+    from posexp.sweep.stop import request_stop
+
+    monkeypatch.setenv(STOP_FILE, str(tmp_path / "gone" / "stop"))
+    request_stop(signal.SIGTERM)
+    assert stop_requested() == signal.SIGTERM
+
+
 def test_a_stop_file_is_handed_to_this_process_handler(monkeypatch, tmp_path):
     from posexp.run.training import STOP_FILE, Progress, stop_requested
     from posexp.sweep.stop import request_stop
