@@ -41,18 +41,18 @@ class Thresholds:
     learned_bar: Bar | None = None
 
 
-def helps(a: CurveRef, b: CurveRef, k: int, what: str, th: DictConfig) -> tuple[list, list]:
+def helps(a: CurveRef, b: CurveRef, k: int, what: str, th: Thresholds) -> tuple[list, list]:
     """(the test that ``a`` is better than ``b`` at kL, the values shown beside it: their
     degradations' ratio, and their ratio at L)."""
     L = a.train_len
-    return ([Test(f"{what} ppl({k}L)", at(a, k * L, b, k * L), lower(float(th.better.margin)))],
+    return ([Test(f"{what} ppl({k}L)", at(a, k * L, b, k * L), lower(th.better.margin))],
             [Shown(f"{what} degradation at {k}L", ratio_of(degradation(a, k),
                                                            degradation(b, k))),
              Shown(f"{what} ppl(L)", at(a, L, b, L))])
 
 
-def randomized_claims(L: int, th: DictConfig) -> list[Claim]:
-    k, M = int(th.degradation_at), int(th.random_positions)
+def randomized_claims(L: int, th: Thresholds) -> list[Claim]:
+    k, M = th.degradation_at, th.random_positions
     return [
         Claim(f"Training on random positions below {M} makes {enc} better past L than "
               "training on 0..L-1",
@@ -65,8 +65,8 @@ def randomized_claims(L: int, th: DictConfig) -> list[Claim]:
         for enc in th.randomized]
 
 
-def later_claims(L: int, th: DictConfig) -> list[Claim]:
-    k, far, tie = int(th.degradation_at), int(th.far_at), float(th.tie.margin)
+def later_claims(L: int, th: Thresholds) -> list[Claim]:
+    k, far, tie = th.degradation_at, th.far_at, th.tie.margin
     xpos, rope, alibi = CurveRef("xpos", L), CurveRef("rope", L), CurveRef("alibi", L)
     kerple, fire = CurveRef("kerple_log", L), CurveRef("fire", L)
     return [
@@ -87,11 +87,11 @@ def later_claims(L: int, th: DictConfig) -> list[Claim]:
     ]
 
 
-def sections(preset: DictConfig) -> Sections:
-    L, th = int(preset.train_seq_len), preset.thresholds
+def sections(preset: DictConfig, th: Thresholds) -> Sections:
+    L = int(preset.train_seq_len)
     return [(f"Randomized positions ({RUOSS.split(',')[0]})", randomized_claims(L, th)),
             (f"The later encodings ({SUN.split(',')[0]}; {CHI.split(',')[0]}; "
              f"{LI.split(',')[0]})", later_claims(L, th))]
 
 
-register_claim_set(ClaimSet("encodings", Thresholds, sections, note=learned_property))
+register_claim_set(ClaimSet("encodings", Thresholds, sections, noted_by=learned_property))

@@ -74,13 +74,12 @@ def scored(method: str, factor: float, params: dict, L: int) -> CurveRef:
     return CurveRef("rope", L, scaling=scaling.key(scaling.record(method, factor, defaults)))
 
 
-def better_at(a: CurveRef, b: CurveRef, n: int, label: str, th: DictConfig) -> Test:
-    return Test(f"{label} ppl({n // a.train_len}L)", at(a, n, b, n),
-                lower(float(th.better.margin)))
+def better_at(a: CurveRef, b: CurveRef, n: int, label: str, th: Thresholds) -> Test:
+    return Test(f"{label} ppl({n // a.train_len}L)", at(a, n, b, n), lower(th.better.margin))
 
 
-def fox_claims(L: int, th: DictConfig) -> list[Claim]:
-    k, m, tie = int(th.past_at), int(th.far_at), float(th.tie.margin)
+def fox_claims(L: int, th: Thresholds) -> list[Claim]:
+    k, m, tie = th.past_at, th.far_at, th.tie.margin
     fox, rope, alibi = CurveRef("fox", L), CurveRef("rope", L), CurveRef("alibi", L)
     return [
         Claim(f"FoX extrapolates: no worse than its ppl(L) far past L ({m}L), and better "
@@ -88,7 +87,7 @@ def fox_claims(L: int, th: DictConfig) -> list[Claim]:
               f"{LIN}, abstract (FoX outperforms the Transformer on length extrapolation)",
               LIN_SCALE, f"{th.fox_flat.reason}; {th.better.reason}", [fox, rope],
               [Test(f"fox ppl({m}L)/ppl(L)", degradation(fox, m),
-                    no_higher(float(th.fox_flat.margin))),
+                    no_higher(th.fox_flat.margin)),
                better_at(fox, rope, k * L, "fox/rope", th)],
               [Shown("fox/rope ppl(L)", at(fox, L, rope, L))]),
         Claim(f"FoX is at least as good as ALiBi far past L ({m}L)",
@@ -100,8 +99,8 @@ def fox_claims(L: int, th: DictConfig) -> list[Claim]:
     ]
 
 
-def layer_claims(L: int, th: DictConfig) -> list[Claim]:
-    k, tie = int(th.past_at), float(th.tie.margin)
+def layer_claims(L: int, th: Thresholds) -> list[Claim]:
+    k, tie = th.past_at, th.tie.margin
     rope = CurveRef("rope", L)
     hybrid, partial = CurveRef("hybrid", L), CurveRef("partial_rope", L)
     ssmax = CurveRef("rope", L, variant=SSMAX)
@@ -126,21 +125,21 @@ def layer_claims(L: int, th: DictConfig) -> list[Claim]:
     ]
 
 
-def eval_claims(L: int, th: DictConfig) -> list[Claim]:
-    k, se, s = int(th.past_at), th.self_extend, float(th.extension_factor)
+def eval_claims(L: int, th: Thresholds) -> list[Claim]:
+    k, se, s = th.past_at, th.self_extend, th.extension_factor
     n, rope = k * L, CurveRef("rope", L)
-    extended = scored("self_extend", float(se.group), {"neighbor_window":
-                                                      float(se.neighbor_window)}, L)
+    extended = scored("self_extend", float(se["group"]),
+                      {"neighbor_window": float(se["neighbor_window"])}, L)
     ntk, yarn = scored("ntk", s, {}, L), scored("yarn", s, {}, L)
-    warm = scored(str(th.temperature), 1.0, {}, L)
+    warm = scored(th.temperature, 1.0, {}, L)
     return [
-        Claim(f"Without fine-tuning, Self-Extend (G = {int(se.group)}) keeps RoPE's ppl({k}L) "
-              f"within {float(se.margin):.0%} of its ppl(L), and beats plain extrapolation, "
+        Claim(f"Without fine-tuning, Self-Extend (G = {se['group']}) keeps RoPE's ppl({k}L) "
+              f"within {se['margin']:.0%} of its ppl(L), and beats plain extrapolation, "
               f"NTK-aware and YaRN (factor {s:g}) there",
               f"{JIN}, abstract and §1 (scored here on the cpu suite's RoPE runs)", JIN_SCALE,
-              f"{se.reason}; {th.better.reason}", [rope, extended, ntk, yarn],
+              f"{se['reason']}; {th.better.reason}", [rope, extended, ntk, yarn],
               [Test(f"self_extend ppl({k}L) / plain ppl(L)", at(extended, n, rope, L),
-                    no_higher(float(se.margin))),
+                    no_higher(float(se["margin"]))),
                better_at(extended, rope, n, "self_extend/plain", th),
                better_at(extended, ntk, n, "self_extend/ntk", th),
                better_at(extended, yarn, n, "self_extend/yarn", th)]),
@@ -153,8 +152,8 @@ def eval_claims(L: int, th: DictConfig) -> list[Claim]:
     ]
 
 
-def sections(preset: DictConfig) -> Sections:
-    L, th = int(preset.train_seq_len), preset.thresholds
+def sections(preset: DictConfig, th: Thresholds) -> Sections:
+    L = int(preset.train_seq_len)
     return [(f"Forgetting attention ({LIN.split(',')[0]})", fox_claims(L, th)),
             (f"Layers and logits ({YANG.split(',')[0]}; {BARBERO.split(',')[0]}; "
              f"{NAKANISHI.split(',')[0]})", layer_claims(L, th)),
@@ -162,11 +161,10 @@ def sections(preset: DictConfig) -> Sections:
              eval_claims(L, th))]
 
 
-def cope_claims(preset: DictConfig) -> Sections:
+def cope_claims(preset: DictConfig, th: Thresholds) -> Sections:
     """CoPE against RoPE and against NoPE beyond the longest trained length, on each of
     cope_tasks, in exact match (the tasks suite's statistic)."""
-    th = preset.thresholds
-    gain = float(th.cope_gain.margin)
+    gain = th.cope_gain.margin
     claims = [
         Claim(f"CoPE generalizes to longer {task} instances better than RoPE and than NoPE",
               f"{GOLOVNEVA}, abstract (counting and selective copying, where the usual "
@@ -179,12 +177,11 @@ def cope_claims(preset: DictConfig) -> Sections:
     return [(f"Counting what matters ({GOLOVNEVA.split(',')[0]})", claims)]
 
 
-def judge_cope(sections: Sections, runs: list, preset: DictConfig,
+def judge_cope(sections: Sections, runs: list, preset: DictConfig, th: Thresholds,
                n_tokens: int) -> list:
-    return [judge_accuracy(c, runs, "exact", int(preset.train_seq_len), n,
-                           float(preset.thresholds.cope_learned))
+    return [judge_accuracy(c, runs, "exact", int(preset.train_seq_len), n, th.cope_learned)
             for n, c in numbered(sections)]
 
 
-register_claim_set(ClaimSet("modern", Thresholds, sections, note=learned_property))
-register_claim_set(ClaimSet("modern-tasks", Thresholds, cope_claims, judge=judge_cope))
+register_claim_set(ClaimSet("modern", Thresholds, sections, noted_by=learned_property))
+register_claim_set(ClaimSet("modern-tasks", Thresholds, cope_claims, judged_by=judge_cope))

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from posexp.claims.base import Margin
 from posexp.claims.gate import COMPRESSORS, Bar
 from posexp.claims.margins import load_margins, margins_path
-from posexp.claims.registry import CLAIM_SETS, ClaimSet
+from posexp.claims.registry import CLAIM_SETS, ClaimSet, kind_of
 from posexp.config import CONFIG_DIR
 from posexp.config.check import check_name
 from posexp.config.guards import parse_override
@@ -113,11 +113,6 @@ KINDS = {int: "a positive integer", float: "a finite number above 0", list: "a l
          Bar: f"a mapping of compressor ({' or '.join(COMPRESSORS)}) and reason (why it)"}
 
 
-def _kind(field_type: object) -> type:
-    args = [a for a in typing.get_args(field_type) if a is not type(None)]
-    return (args[0] if args else field_type) if typing.get_origin(field_type) else field_type
-
-
 def _number(value: object) -> bool:
     """A finite number: YAML's .nan and .inf are numbers that no threshold can be."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) \
@@ -181,7 +176,7 @@ def _check(path: Path, tree: dict, schema: type, where: str, claim_set: ClaimSet
                 raise UsageError(f"preset {path} has no {where}{name} (a {claim_set.name} "
                                  "preset needs it)")
             continue
-        kind = _kind(hints[name])
+        kind = kind_of(hints[name])
         if not _fits(value, kind):
             raise UsageError(f"preset {path}: {where}{name} must be {KINDS[kind]}, got "
                              f"{value!r:.60}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from posexp import scaling
 from posexp.claims.base import (
@@ -47,20 +47,20 @@ class Thresholds:
 METHODS = (("linear", "PI"), ("yarn", "YaRN"))  # the methods fine-tuned with
 
 
-def budgets(th: DictConfig) -> list[tuple[str, int]]:
+def budgets(th: Thresholds) -> list[tuple[str, int]]:
     """(name, tokens) of each fine-tune budget, in the margins file's order."""
     out = list((th.finetunes or {}).items())
     if not out or not all(isinstance(n, str) and n.strip() and isinstance(t, int)
                           and not isinstance(t, bool) and t > 0 for n, t in out):
         raise UsageError("thresholds.finetunes must map each fine-tune budget's name to its "
                          f"tokens (a positive integer), e.g. {{short: 200000}}; got "
-                         f"{OmegaConf.to_container(th.finetunes) if th.finetunes else None}")
+                         f"{th.finetunes or None}")
     return out
 
 
-def claims(L: int, th: DictConfig) -> list[Claim]:
-    s = float(th.factor)
-    long, k, better = int(s * L), f"{s:g}", float(th.better.margin)
+def claims(L: int, th: Thresholds) -> list[Claim]:
+    s = th.factor
+    long, k, better = int(s * L), f"{s:g}", th.better.margin
     defaults = {p.name: p.default for p in scaling.all_params()}
 
     def scaled(method: str) -> scaling.Key:
@@ -82,7 +82,7 @@ def claims(L: int, th: DictConfig) -> list[Claim]:
               f"{CHEN}; {PENG}, §3.1 (PI loses the high frequencies)", CHEN_SCALE,
               th.pi_cost.reason, [plain, scored("linear")],
               [Test(f"PI x{k} / plain, ppl(L)", at(scored("linear"), L, plain, L),
-                    higher(float(th.pi_cost.margin)))]),
+                    higher(th.pi_cost.margin))]),
         *(c for name, tokens in budgets(th) for c in tuned_claims(L, th, name, tokens, scaled)),
     ]
 
@@ -94,12 +94,12 @@ SOURCES = {"linear": f"{CHEN}, §3 (about 1000 steps)", "yarn": f"{PENG}, §4"}
 SCALES = {"linear": CHEN_SCALE, "yarn": PENG_SCALE}
 
 
-def tuned_claims(L: int, th: DictConfig, name: str, tokens: int,
+def tuned_claims(L: int, th: Thresholds, name: str, tokens: int,
                  scaled) -> list[Claim]:
     """The claims about the fine-tunes of one budget (``name``, ``tokens``): each method's
     against its control, the parent continued at L on the same tokens."""
-    s = float(th.factor)
-    long, k, better = int(s * L), f"{s:g}", float(th.better.margin)
+    s = th.factor
+    long, k, better = int(s * L), f"{s:g}", th.better.margin
     plain = CurveRef("rope", L)
     control = CurveRef("rope", L, fine_tune=(L, None, tokens))
     what = f"{name}, {tokens:,} tokens"
@@ -112,7 +112,7 @@ def tuned_claims(L: int, th: DictConfig, name: str, tokens: int,
               f"ppl(L) after the same training at L", SOURCES[m], SCALES[m],
               th.finetune_gap.reason, [control, plain, tuned(m)],
               [Test(f"fine-tuned {n} ppl({k}L) / control ppl(L)",
-                    at(tuned(m), long, control, L), no_higher(float(th.finetune_gap.margin)))],
+                    at(tuned(m), long, control, L), no_higher(th.finetune_gap.margin))],
               [Shown(f"fine-tuned {n} ppl({k}L) / parent ppl(L)",
                      at(tuned(m), long, plain, L))],
               respecified=SPLIT.format(first="PI and YaRN"))
@@ -130,13 +130,13 @@ def tuned_claims(L: int, th: DictConfig, name: str, tokens: int,
                   th.tie.reason, [tuned("linear"), tuned("yarn")],
                   [Test(f"fine-tuned YaRN / PI, ppl({k}L)",
                         at(tuned("yarn"), long, tuned("linear"), long),
-                        no_higher(float(th.tie.margin)))])]
+                        no_higher(th.tie.margin))])]
 
 
-def sections(preset: DictConfig) -> Sections:
+def sections(preset: DictConfig, th: Thresholds) -> Sections:
     return [(f"Claims about RoPE context extension ({CHEN.split(',')[0]}; "
              f"{PENG.split(',')[0]}; {BLOC97.split(',')[0]})",
-             claims(int(preset.train_seq_len), preset.thresholds))]
+             claims(int(preset.train_seq_len), th))]
 
 
 register_claim_set(ClaimSet("rope-scaling", Thresholds, sections))

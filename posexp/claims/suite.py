@@ -307,7 +307,7 @@ def write_verdicts(out: Path, name: str, preset: DictConfig, claim_set: ClaimSet
               [(f"At {tokens_text(t)} tokens{' (the main budget)' if t == main else ''}",
                 at_budget(runs, t, main)) for t in [main, *budgets(preset)]])
     notes = [gate_note(tables, preset),
-             claim_set.note(runs, preset) if claim_set.note else None, cost_note(tables)]
+             claim_set.note(runs, preset), cost_note(tables)]
     note = "\n\n".join(n for n in notes if n) or None
     atomic_write_text(out / "verdicts.md", verdicts_markdown(
         name, preset, by_section, note, failed, devices,

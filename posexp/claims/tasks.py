@@ -92,16 +92,15 @@ EXPLICIT = ("compared with every explicit encoding in 6e96f12 (#43); it compared
             "learned and sinusoidal positions only")
 
 
-def task_claims(preset: DictConfig) -> tuple[list[Claim], list[Claim]]:
+def task_claims(th: Thresholds) -> tuple[list[Claim], list[Claim]]:
     """(NoPE against the explicit encodings, randomized positions against plain ones) on the
     preset's tasks, with its thresholds: the claim set ``tasks``.  Every statistic is a
     difference of accuracies (thresholds.metric: exact or token_acc) averaged over the task
     lengths scored beyond the longest one trained on."""
-    th = preset.thresholds
-    metric, M = str(th.metric), int(th.random_positions)
+    metric, M = th.metric, th.random_positions
     if metric not in ("exact", "token_acc"):  # checked before any run trains
         raise UsageError(f"thresholds.metric must be exact or token_acc, got {metric!r}")
-    for task, experiment in (th.get("searched") or {}).items():  # read beside the preset's
+    for task, experiment in (th.searched or {}).items():  # read beside the preset's
         check_name(f"thresholds.searched.{task}", experiment)
     what = "exact match" if metric == "exact" else "token accuracy"
     nope = [
@@ -111,7 +110,7 @@ def task_claims(preset: DictConfig) -> tuple[list[Claim], list[Claim]]:
               KAZEMNEJAD_SCALE, th.tie.reason,
               [(task, enc, ()) for enc in ("nope", *th.explicit)],
               [AccuracyTest(f"nope - {enc} {what} beyond n_max", (task, "nope", ()),
-                            (task, enc, ()), not_below(float(th.tie.margin)))
+                            (task, enc, ()), not_below(th.tie.margin))
                for enc in th.explicit],
               respecified=EXPLICIT)
         for task in th.tasks]
@@ -123,7 +122,7 @@ def task_claims(preset: DictConfig) -> tuple[list[Claim], list[Claim]]:
               [(task, enc, ()), (task, enc, (("train.random_positions", M),))],
               [AccuracyTest(f"{enc} randomized - plain {what} beyond n_max",
                             (task, enc, (("train.random_positions", M),)), (task, enc, ()),
-                            at_least(float(th.min_gain.margin)))])
+                            at_least(th.min_gain.margin))])
         for task, enc in ((t, e) for t in th.tasks for e in th.randomized)]
     return nope, random
 
@@ -218,12 +217,12 @@ def unlearned(found: dict, seeds: list[int], arms: list[Arm], threshold: float) 
     return None
 
 
-def gate_table(runs: list[RunResult], preset: DictConfig) -> str | None:
+def gate_table(runs: list[RunResult], preset: DictConfig, th: Thresholds) -> str | None:
     """verdicts.md's gate: each arm's exact match at n_max (in distribution) at each seed,
     a value below thresholds.learned marked -- the claims compare only arms that pass at
     every seed -- so that a reader sees which arms learned each task at all."""
-    th, L = preset.thresholds, int(preset.train_seq_len)
-    arms = list(dict.fromkeys(arm for c in (c for _, s in sections(preset) for c in s)
+    L = int(preset.train_seq_len)
+    arms = list(dict.fromkeys(arm for c in (c for _, s in sections(preset, th) for c in s)
                               for arm in c.needs))
     seeds = sorted({r.seed for r in runs if r.task is not None})
     if not seeds:
@@ -233,26 +232,25 @@ def gate_table(runs: list[RunResult], preset: DictConfig) -> str | None:
         by_seed = {r.seed: in_distribution(r) for r in runs
                    if (r.task, r.encoding, variant_of(r)) == arm and r.train_len == L}
         cells = ["-" if by_seed.get(s) is None else f"{by_seed[s]:.3f}"
-                 + (" \u2717" if by_seed[s] < float(th.learned) else "") for s in seeds]
+                 + (" \u2717" if by_seed[s] < th.learned else "") for s in seeds]
         rows.append(f"| {arm[0]} | {arm[1]}"
                     f"{' randomized' if arm[2] else ''} | " + " | ".join(cells) + " |")
     return "\n".join([
         "## The gate: exact match at n_max", "",
         f"Each arm's exact match at the longest length it trained on (n_max), per seed; "
-        f"\u2717 below {float(th.learned):g}, where the arm did not learn the task in "
+        f"\u2717 below {th.learned:g}, where the arm did not learn the task in "
         "distribution and its claims are not measured; - not scored.", "",
         "| task | arm | " + " | ".join(f"seed {s}" for s in seeds) + " |",
         "|---|---|" + "---:|" * len(seeds), *rows])
 
 
-def searched_note(runs: list[RunResult], preset: DictConfig) -> str | None:
+def searched_note(runs: list[RunResult], th: Thresholds) -> str | None:
     """For each task of thresholds.searched, what its recipe search (the completed runs of
     its experiment, beside the preset's under the same results directory) reached: the
     best exact match at n_max and the run that reached it -- "not learned at this scale"
     when it is below thresholds.learned, so that the task's claims are said to be out of
     reach rather than left out in silence."""
-    searched, learned = dict(preset.thresholds.get("searched") or {}), float(
-        preset.thresholds.learned)
+    searched, learned = th.searched or {}, th.learned
     if not searched or not runs:
         return None
     root = Path(runs[0].path).parent.parent
@@ -265,7 +263,7 @@ def searched_note(runs: list[RunResult], preset: DictConfig) -> str | None:
                          f"{experiment}/.")
             continue
         best, name = max(scored)
-        lines.append(f"- **{task}**: {_search_verdict(best, name, found, preset)}; the best "
+        lines.append(f"- **{task}**: {_search_verdict(best, name, found, th)}; the best "
                      f"of the {len(scored)} runs of its recipe search ({experiment}/) reached "
                      f"exact match {best:.3f} at n_max ({name}), against {learned:g} to be "
                      "compared.")
@@ -274,21 +272,20 @@ def searched_note(runs: list[RunResult], preset: DictConfig) -> str | None:
                       "scale:", "", *lines])
 
 
-def _search_verdict(best: float, name: str, found: list[RunResult],
-                    preset: DictConfig) -> str:
+def _search_verdict(best: float, name: str, found: list[RunResult], th: Thresholds) -> str:
     """Whether a search's best run learned its task, and whether the preset judges that
     run's task (format) -- so a learned format left out of the claims is said to be."""
-    if best < float(preset.thresholds.learned):
+    if best < th.learned:
         return "**not learned at this scale**"
     task = next(r.task for r in found if r.name == name)
-    if task in preset.thresholds.tasks:
+    if task in th.tasks:
         return f"a recipe learned it ({task}): its claims are judged above"
     return f"a recipe learned it ({task}): train the preset's arms on it to judge its claims"
 
 
-def tasks_note(runs: list[RunResult], preset: DictConfig) -> str | None:
+def tasks_note(runs: list[RunResult], preset: DictConfig, th: Thresholds) -> str | None:
     """verdicts.md's sections after the verdicts: the gate table and the searched tasks."""
-    parts = [gate_table(runs, preset), searched_note(runs, preset)]
+    parts = [gate_table(runs, preset, th), searched_note(runs, th)]
     return "\n\n".join(p for p in parts if p) or None
 
 
@@ -373,17 +370,17 @@ def newcombe(a: list[dict], b: list[dict], metric: str) -> stats.Interval:
     return stats.difference_interval(spread(a), spread(b))
 
 
-def sections(preset: DictConfig) -> Sections:
-    nope, random = task_claims(preset)
+def sections(preset: DictConfig, th: Thresholds) -> Sections:
+    nope, random = task_claims(th)
     return [(f"NoPE against the explicit encodings on tasks ({KAZEMNEJAD.split(',')[0]})", nope),
             (f"Randomized positions on tasks ({RUOSS.split(',')[0]})", random)]
 
 
-def judge_tasks(sections: Sections, runs: list[RunResult], preset: DictConfig,
+def judge_tasks(sections: Sections, runs: list[RunResult], preset: DictConfig, th: Thresholds,
                 n_tokens: int) -> list[Verdict]:
-    th = preset.thresholds
-    return [judge_accuracy(c, runs, str(th.metric), int(preset.train_seq_len), n,
-                           float(th.learned)) for n, c in numbered(sections)]
+    return [judge_accuracy(c, runs, th.metric, int(preset.train_seq_len), n, th.learned)
+            for n, c in numbered(sections)]
 
 
-register_claim_set(ClaimSet("tasks", Thresholds, sections, judge=judge_tasks, note=tasks_note))
+register_claim_set(ClaimSet("tasks", Thresholds, sections, judged_by=judge_tasks,
+                            noted_by=tasks_note))

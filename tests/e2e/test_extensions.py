@@ -85,13 +85,13 @@ def add_claim() -> None:
     class Thresholds:
         tie: Margin
 
-    def sections(preset):
-        L, tie = int(preset.train_seq_len), preset.thresholds.tie
+    def sections(preset, th: Thresholds):
+        L, tie = int(preset.train_seq_len), th.tie
         mine, alibi = CurveRef("log_alibi", L), CurveRef("alibi", L)
         return [("Throwaway", [Claim("log_alibi is about as good as ALiBi at L", "a test",
                                      "a tiny model", tie.reason, [mine, alibi],
                                      [Test("log_alibi/alibi ppl(L)", at(mine, L, alibi, L),
-                                           no_higher(float(tie.margin)))])])]
+                                           no_higher(tie.margin))])])]
 
     register_claim_set(ClaimSet("throwaway", Thresholds, sections))
 

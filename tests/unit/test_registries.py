@@ -1,14 +1,18 @@
 """Every extension point is one registry, and the registries agree with the config files and
 with each other: invariants, not lists, so that adding an entry needs no test edit."""
 import dataclasses
+import typing
 from pathlib import Path
 
 import pytest
 import yaml
+from omegaconf import OmegaConf
 
 from posexp import scaling
 from posexp.claims import CLAIM_SETS
+from posexp.claims.base import Margin
 from posexp.claims.preset import load_preset
+from posexp.claims.registry import kind_of
 from posexp.config import CONFIG_DIR
 from posexp.config.schema import ScalingParams
 from posexp.data.tasks import TASKS
@@ -93,6 +97,28 @@ def test_every_preset_is_of_a_registered_claim_set_and_loads():
         assert claim_set.sections(preset)  # every preset judges something
         used.add(claim_set.name)
     assert used == set(CLAIM_SETS)  # and every claim set has a shipped preset
+
+
+def test_every_claim_set_is_handed_its_thresholds_typed():
+    """Each shipped preset's thresholds reach the claim code as its set's dataclass: each
+    field of the type it declares (a margin a Margin, a float a float though YAML wrote 2),
+    an absent optional one its default -- so the claim code casts nothing."""
+    for name in stems("reproduce"):
+        preset, claim_set = load_preset(name)
+        th = claim_set.typed(preset)
+        hints = typing.get_type_hints(claim_set.thresholds)
+        assert type(th) is claim_set.thresholds
+        for field in dataclasses.fields(th):
+            value, kind = getattr(th, field.name), kind_of(hints[field.name])
+            assert (value is None and field.default is None) or isinstance(value, kind), \
+                (name, field.name, value)
+    bar_less = OmegaConf.create({"thresholds": {"factor": 2, "finetunes": {"short": 10},
+                                                **{k: {"margin": 0, "reason": "r"} for k in (
+                                                    "better", "pi_cost", "finetune_gap",
+                                                    "tie")}}})
+    th = CLAIM_SETS["rope-scaling"].typed(bar_less)
+    assert (th.factor, type(th.factor), th.learned_bar) == (2.0, float, None)
+    assert th.better == Margin(0, "r") and th.finetunes == {"short": 10}
 
 
 def test_figures_have_names_and_places_of_their_own():

@@ -12,6 +12,7 @@ from posexp import stats
 from posexp.claims import verdicts
 from posexp.claims.base import FAILS, HOLDS, INCONCLUSIVE, UNMEASURED
 from posexp.claims.preset import load_preset, preset_runs
+from posexp.claims.registry import CLAIM_SETS
 from posexp.claims.tasks import gate_table, searched_note, task_claims
 from posexp.config import compose_overrides
 from posexp.data.tasks import binomial_interval
@@ -35,6 +36,11 @@ THRESHOLDS = {"tasks": ["copy"], "explicit": ["learned", "sinusoidal"], "randomi
 
 
 PRESET = OmegaConf.create({"claims": "tasks", "train_seq_len": 16, "thresholds": THRESHOLDS})
+
+
+def typed(preset):
+    """The thresholds the claim code is handed (ClaimSet.typed)."""
+    return CLAIM_SETS["tasks"].typed(preset)
 
 
 COUNT = 100
@@ -291,7 +297,7 @@ def test_the_gate_table_shows_each_arm_and_seed_at_n_max(tmp_path):
                  at_n_max=at_n_max)
     make_run(tmp_path, "copy", "rope", 1, [0.5, 0.3], "train.random_positions=64",
              suffix="-random64", at_n_max=0.95)
-    table = gate_table(load_runs(tmp_path)[0], PRESET).splitlines()
+    table = gate_table(load_runs(tmp_path)[0], PRESET, typed(PRESET)).splitlines()
     assert table[0] == "## The gate: exact match at n_max"
     rows = {tuple(line.split(" | ")[:2]): line.split(" | ")[2:] for line in table
             if line.startswith("| copy")}
@@ -299,7 +305,7 @@ def test_the_gate_table_shows_each_arm_and_seed_at_n_max(tmp_path):
     assert rows[("| copy", "learned")] == ["0.750 \u2717", "1.000 |"]  # below 0.9 at seed 0
     assert rows[("| copy", "rope randomized")] == ["-", "0.950 |"]  # no run at seed 0
     assert rows[("| copy", "sinusoidal")] == ["-", "- |"]
-    assert gate_table([], PRESET) is None
+    assert gate_table([], PRESET, typed(PRESET)) is None
 
 
 def test_a_searched_task_reads_what_its_search_reached(tmp_path):
@@ -309,11 +315,11 @@ def test_a_searched_task_reads_what_its_search_reached(tmp_path):
     suite, search = tmp_path / "reproduce-tasks", tmp_path / "addition-recipe"
     make_run(suite, "copy", "nope", 0, [0.6, 0.4])
     preset = OmegaConf.merge(PRESET, {"thresholds": {"searched": {"addition": search.name}}})
-    assert searched_note(load_runs(suite)[0], preset).splitlines()[-1] == (
+    assert searched_note(load_runs(suite)[0], typed(preset)).splitlines()[-1] == (
         "- **addition**: not measured: no completed run of its search in addition-recipe/.")
     make_run(search, "addition_reversed", "rope", 0, [0.0, 0.0], at_n_max=0.012)
     make_run(search, "addition_carries", "rope", 0, [0.0, 0.0], at_n_max=0.25)
-    note = searched_note(load_runs(suite)[0], preset)
+    note = searched_note(load_runs(suite)[0], typed(preset))
     assert note.splitlines()[0] == "## Tasks searched for a recipe"
     assert note.splitlines()[-1] == (
         "- **addition**: **not learned at this scale**; the best of the 2 runs of its recipe "
@@ -322,15 +328,15 @@ def test_a_searched_task_reads_what_its_search_reached(tmp_path):
     make_run(search, "addition_carries", "nope", 0, [0.0, 0.0], at_n_max=0.95)
     assert "- **addition**: a recipe learned it (addition_carries): train the preset's arms " \
         "on it to judge its claims; the best of the 3 runs" in searched_note(
-            load_runs(suite)[0], preset)
+            load_runs(suite)[0], typed(preset))
     judged = OmegaConf.merge(preset, {"thresholds": {"tasks": ["copy", "addition_carries"]}})
     assert "- **addition**: a recipe learned it (addition_carries): its claims are judged " \
-        "above;" in searched_note(load_runs(suite)[0], judged)
-    assert searched_note(load_runs(suite)[0], PRESET) is None  # nothing searched
+        "above;" in searched_note(load_runs(suite)[0], typed(judged))
+    assert searched_note(load_runs(suite)[0], typed(PRESET)) is None  # nothing searched
 
 
 def test_a_searched_experiment_must_be_a_plain_name():
     preset = OmegaConf.merge(PRESET, {"thresholds": {"searched": {"addition": "../../etc"}}})
     with pytest.raises(UsageError, match=r"thresholds\.searched\.addition must be a plain "
                                          "directory name"):
-        task_claims(preset)
+        task_claims(typed(preset))
