@@ -5,9 +5,12 @@ from (the README once did), a list of encodings from the registry.
 * A verdict table sits between ``<!-- verdicts: DIR -->`` and ``<!-- /verdicts -->``, and is
   written from DIR/verdicts.json (``regenerate``; ``python -m posexp.claims.digest FILE...``
   writes the sections again after a report is).
-* A paragraph after ``<!-- numbers: DIR -->`` may quote numbers of DIR's report in prose;
-  each decimal number in it must be one of the report's (summary.md, verdicts.md, as
-  printed there or rounded to fewer places: ``unquoted``).
+* A paragraph after ``<!-- numbers: DIR -->`` may quote numbers of DIR's report in prose,
+  each after the name of the statistic it is, in a comment the page does not show:
+  ``<!-- At 16M tokens > nope L=128 -->1.791``.  The name is a line of the report
+  (verdicts.md, then summary.md) -- the first line holding its first part, then the next
+  holding each part after ``>`` -- and every decimal number up to the next name must be
+  printed on that line, as there or rounded to fewer places (``unquoted``).
 
 * A table of encodings sits between ``<!-- encodings: KIND -->`` and ``<!-- /encodings -->``
   (posexp/encodings/tables.py), written from the registry by the same command.
@@ -27,6 +30,7 @@ from posexp.claims.base import HOLDS
 SECTION = re.compile(r"(<!-- verdicts: (\S+) -->\n).*?(<!-- /verdicts -->)", re.S)
 PARAGRAPH = re.compile(r"<!-- numbers: (\S+) -->\n(.*?)(?:\n\n|\Z)", re.S)
 DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+(?![\w.]*\d)")
+QUOTED = re.compile(rf"<!-- (.+?) -->|{DECIMAL.pattern}")  # a statistic's name, or a number
 REPORT_FILES = ("summary.md", "verdicts.md")
 
 
@@ -68,16 +72,38 @@ def _matches(quoted: str, printed: str) -> bool:
                                  and f"{float(printed):.{places}f}" == quoted)
 
 
+def named_line(report: Path, name: str) -> str | None:
+    """The line of ``report`` that ``name`` names: in verdicts.md, else summary.md, the
+    first line holding its first part, then the next line holding each part after ``>``."""
+    for file in REPORT_FILES:
+        lines = (report / file).read_text().splitlines() if (report / file).is_file() else []
+        at = 0
+        for part in (p.strip() for p in name.split(" > ")):
+            at = next((i for i in range(at, len(lines)) if part in lines[i]), -1)
+            if at < 0:
+                break
+        else:
+            return lines[at]
+    return None
+
+
 def unquoted(text: str, root: Path) -> list[str]:
-    """The decimal numbers of ``text``'s numbers paragraphs that their report does not hold,
-    each as 'DIR: NUMBER'."""
+    """The decimal numbers of ``text``'s numbers paragraphs that are not the statistic
+    they follow the name of (named_line), or follow none, each as 'DIR: NUMBER (why)'."""
     missing = []
     for m in PARAGRAPH.finditer(text):
-        report = root / m[1]
-        printed = {n for name in REPORT_FILES if (report / name).is_file()
-                   for n in DECIMAL.findall((report / name).read_text())}
-        missing += [f"{m[1]}: {q}" for q in DECIMAL.findall(m[2])
-                    if not any(_matches(q, p) for p in printed)]
+        report, name, line = root / m[1], None, None
+        for token in QUOTED.finditer(m[2]):
+            if token[1] is not None:
+                name, line = token[1], named_line(report, token[1])
+                continue
+            q = token[0]
+            why = ("names no statistic: put <!-- its line in the report --> before it"
+                   if name is None else f"no line {name!r} in the report" if line is None
+                   else None if any(_matches(q, p) for p in DECIMAL.findall(line))
+                   else f"not on the report's line {name!r}")
+            if why:
+                missing.append(f"{m[1]}: {q} ({why})")
     return missing
 
 

@@ -160,12 +160,32 @@ def test_a_hand_edited_number_fails(tmp_path):
     table = text.replace("= +0.123 [+0.089, +0.157]", "= +0.124 [+0.089, +0.157]", 1)
     assert table != text and regenerate(table, REPO) == text
     # in a numbers paragraph: NoPE's 16M runs at the learning gate, 1.791 bits per byte
-    prose = text.replace("at 1.791 bits per byte", "at 1.7911 bits per byte", 1)
+    prose = text.replace("-->1.791 bits per byte", "-->1.7911 bits per byte", 1)
     assert prose != text
-    assert unquoted(prose, REPO) == ["results/cpu-L128/report: 1.7911"]
-    # a number rounded from the report's is its own; one with a place the report lacks is not
-    assert unquoted("<!-- numbers: results/cpu-L128/report -->\n2.33, 2.3, 2.3262\n",
-                    REPO) == ["results/cpu-L128/report: 2.3262"]
+    gate = "The learning gate > At 16M tokens > | nope L=128 |"
+    assert unquoted(prose, REPO) == [
+        f"results/cpu-L128/report: 1.7911 (not on the report's line {gate!r})"]
+
+
+def test_a_quoted_number_is_the_statistic_it_names():
+    """#43: a number is checked on the report's line its name names, not anywhere in the
+    report -- 1.791 is also ALiBi's seed 2 at 16M, and learned's weakest is another."""
+    def check(paragraph: str) -> list[str]:
+        return unquoted(f"<!-- numbers: results/cpu-L128/report -->\n{paragraph}\n", REPO)
+
+    nope = "<!-- The learning gate > At 16M tokens > | nope L=128 | -->"
+    assert check(f"{nope}1.791, 1.79, 1.8 and zlib 2.073") == []  # rounded is its own
+    assert check(f"{nope}1.7911") == [f"results/cpu-L128/report: 1.7911 (not on the "
+                                      f"report's line {nope[5:-4]!r})"]
+    learned = "<!-- The learning gate > At 16M tokens > | learned L=128 | -->"
+    assert check(f"{learned}1.791") == [f"results/cpu-L128/report: 1.791 (not on the "
+                                        f"report's line {learned[5:-4]!r})"]
+    assert check("1.791") == ["results/cpu-L128/report: 1.791 (names no statistic: put "
+                              "<!-- its line in the report --> before it)"]
+    assert check("<!-- no such row -->1.791") == [
+        "results/cpu-L128/report: 1.791 (no line 'no such row' in the report)"]
+    # the name's parts in order: NoPE's row of the 4M table is another line
+    assert check("<!-- The learning gate > At 4M tokens > | nope L=128 | -->1.791") != []
 
 
 def test_digest_writes_the_sections_again(tmp_path, monkeypatch):
