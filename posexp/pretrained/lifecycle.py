@@ -45,7 +45,7 @@ from posexp.run.evaluation import (
     requested_table,
     score_timed,
 )
-from posexp.run.lifecycle import previous_of
+from posexp.run.lifecycle import ending, previous_of
 from posexp.run.setup import pick_device
 from posexp.run.workloads import wanted_text
 from posexp.runs import CONFIG, Run, atomic_write_text, code_version, versions
@@ -214,18 +214,9 @@ def _score(run: Run, spec: RunSpec, source: Source, loaded: tuple[PretrainedLM, 
     done = status == "completed"
     if not done:
         run.update(status="running", reason=None)
-    try:
-        seconds = score_timed(run, lambda: score_all(lm, tokenizer, run, spec, corpus, todo,
-                                                     held, device, progress),
-                              stopped_by_signals())
-    except BaseException as e:
-        if not done:
-            stopped = isinstance(e, (Stopped, KeyboardInterrupt))
-            run.finish("interrupted" if stopped else "failed",
-                       (str(e) or "stopped by the user") if stopped
-                       else f"{type(e).__name__}: {e}")
-        raise
-    if not done:
-        run.finish("completed", eval_seconds=seconds)
+    with ending(run, completed=done) as ended:
+        ended["eval_seconds"] = score_timed(
+            run, lambda: score_all(lm, tokenizer, run, spec, corpus, todo, held, device,
+                                   progress), stopped_by_signals())
     print(requested_table(run, work, asked, None))
     return "completed"

@@ -26,12 +26,13 @@ import contextlib
 import os
 import sys
 import time
+from collections.abc import Iterator
 
 import torch
 
 from posexp.config import RunSpec, identity_diff
 from posexp.distributed import World, barrier, join, leave
-from posexp.errors import PosexpError, UsageError
+from posexp.errors import PosexpError, Stopped, UsageError
 from posexp.run.evaluation import (
     check_data_unchanged,
     check_protocol,
@@ -194,41 +195,57 @@ def train_and_evaluate(spec: RunSpec, run: Run, same: bool, device: torch.device
         return "completed"
     run = _open_run(spec, run, state, model, data, device, work, world)
     sink = open_sink(cfg, spec.path, group)
-    try:
-        # the outer handler covers the moments between the training loop's own (which stops
-        # after a step, checkpointed) and evaluation's: no signal finds the default handler,
-        # which would end the process with run.json still saying running
-        with signals_interrupt(state["step"] if state else 0, "run the same command again "
-                               "to continue"):
-            stats = fit(model, work, data, spec, run, sink, device, progress, state, world)
-            run.update(**stats, weights_sha256=weights_hash(model))
-            with signals_interrupt(stats["steps"], "during evaluation; training is complete "
-                                   "and checkpointed; run the same command again to finish "
-                                   "the evaluation"):
-                run.update(eval_started_at=now())
-                t0 = time.perf_counter()
-                points = work.score(model, data, run, sink, device,
-                                    work.every(spec.run_scalings), progress)
-                seconds = time.perf_counter() - t0
-    except Diverged as e:
-        end(run, sink, "diverged", str(e), **e.fields)
-        raise
-    except (Interrupted, KeyboardInterrupt) as e:
-        end(run, sink, "interrupted", str(e) or "stopped by the user")
-        raise
-    except BaseException as e:
-        end(run, sink, "failed", f"{type(e).__name__}: {e}")
-        raise
-    end(run, sink, "completed", eval_seconds=round(seconds, 2))
+    # the outer handler covers the moments between the training loop's own (which stops
+    # after a step, checkpointed) and evaluation's: no signal finds the default handler,
+    # which would end the process with run.json still saying running
+    with ending(run, sink) as ended, signals_interrupt(
+            state["step"] if state else 0, "run the same command again to continue"):
+        stats = fit(model, work, data, spec, run, sink, device, progress, state, world)
+        run.update(**stats, weights_sha256=weights_hash(model))
+        with signals_interrupt(stats["steps"], "during evaluation; training is complete "
+                               "and checkpointed; run the same command again to finish "
+                               "the evaluation"):
+            run.update(eval_started_at=now())
+            t0 = time.perf_counter()
+            points = work.score(model, data, run, sink, device,
+                                work.every(spec.run_scalings), progress)
+            ended["eval_seconds"] = round(time.perf_counter() - t0, 2)
     print(work.table(points, data.tokenizer))
     return "completed"
 
 
-def end(run: Run, sink: Sink, status: str, reason: str | None = None, **fields) -> None:
+@contextlib.contextmanager
+def ending(run: Run, sink: Sink | None = None, completed: bool = False) -> Iterator[dict]:
+    """Around the work that ends a run (training and scoring, or a pretrained model's
+    scoring): run.json reads completed after it, with the fields the body puts in the dict
+    it is handed; diverged, interrupted (a signal, ^C) or failed, with the reason, when it
+    raises.  A run ``completed`` before stays completed when stopped or failed: the points
+    it scored so far are kept, its training is not undone."""
+    fields: dict = {}
+    try:
+        yield fields
+    except Diverged as e:
+        end(run, sink, "diverged", str(e), **e.fields)
+        raise
+    except (Interrupted, Stopped, KeyboardInterrupt) as e:
+        if not completed:
+            end(run, sink, "interrupted", str(e) or "stopped by the user")
+        raise
+    except BaseException as e:
+        if not completed:
+            end(run, sink, "failed", f"{type(e).__name__}: {e}")
+        raise
+    if not completed:
+        end(run, sink, "completed", **fields)
+
+
+def end(run: Run, sink: Sink | None, status: str, reason: str | None = None,
+        **fields) -> None:
     """Record how the run ended; on a full disk even run.json may not be writable, and the
     error that got us here matters more than this one."""
     try:
         run.finish(status, reason, **fields)
     except PosexpError as e:
         print(f"posexp: warning: {e}", file=sys.stderr)
-    sink.finish(status)
+    if sink is not None:
+        sink.finish(status)
