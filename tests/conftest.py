@@ -50,15 +50,14 @@ def plan_sweep(args: list[str]):
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
     """The whole suite (no paths given: the README's command, CI) runs on two pytest-xdist
-    workers, each taking the next test and the other's last ones when it runs out
-    (worksteal): a file whole to one worker (loadfile) left the other idle for minutes
-    behind a long file.  A file's module-scoped runs are trained at most once a worker.
-    Paths, -n N, -n0 or -p no:xdist decide otherwise."""
+    workers, one file to a worker so that a file's shared runs are trained once: its time is
+    mostly process starts, imports and Hydra, on one core each.  Paths, -n N, -n0 or
+    -p no:xdist decide otherwise."""
     if (config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput")
             and config.option.numprocesses is None
             and config.args_source == pytest.Config.ArgsSource.TESTPATHS):
         config.option.numprocesses = 2
-        config.option.dist = "worksteal"
+        config.option.dist = "loadfile"
 
 
 @pytest.fixture(scope="session")
