@@ -1,7 +1,7 @@
 """What ``posexp reproduce`` adds for a campaign: its runs handed to one of Hydra's launchers
 (``hydra/launcher=joblib`` on one machine, ``submitit_slurm`` on a cluster), as posexp sweep
 hands its grid; and the claims of a partial campaign marked *pending (N runs)* rather than
-judged.  The time limit itself is posexp/campaign.py's."""
+judged.  The time limit itself is posexp/timelimit.py's."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from posexp.campaign import Campaign, held_elsewhere, read_info, read_plan, write_plan
 from posexp.claims.base import UNMEASURED, VARIANT_KEYS, Claim, CurveRef, Verdict
 from posexp.claims.base import variant as variant_of_values
 from posexp.errors import PosexpError, UsageError, first_line
+from posexp.timelimit import Campaign, held_elsewhere, read_info, read_plan, write_plan
 
 LAUNCHER_ARGS = ("hydra/launcher=", "hydra.launcher.")
 COMMAND = "posexp reproduce"
@@ -255,8 +255,8 @@ def run_campaign(preset: DictConfig, configs: list[DictConfig], paths: list[Path
 def end_campaign(campaign: Campaign, pending: dict, failed: dict[Path, str], total: int) -> None:
     """The summary of a campaign with a time limit, and its exit: TimeLimitReached while
     runs are pending; without a limit, runs pending (trained elsewhere) are an error."""
-    from posexp.campaign import TimeLimitReached
     from posexp.errors import PosexpError
+    from posexp.timelimit import TimeLimitReached
 
     failures = f"; {len(failed)} failed" if failed else ""
     if campaign.deadline is not None:

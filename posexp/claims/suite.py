@@ -16,7 +16,6 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from posexp import scaling
-from posexp.campaign import Campaign, read_info
 from posexp.claims.base import HOLDS, Verdict, correct, variant_of
 from posexp.claims.budgets import (
     at_budget,
@@ -64,6 +63,7 @@ from posexp.runs import (
 )
 from posexp.runs import split_runs as split
 from posexp.sweep.plan import Planning
+from posexp.timelimit import Campaign, read_info
 from posexp.version import PROTOCOL
 
 

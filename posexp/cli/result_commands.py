@@ -11,12 +11,12 @@ from pathlib import Path
 import typer
 import yaml
 
-from posexp.campaign import TIME_LIMIT_EXIT
 from posexp.cli.app import EXTRA, app
 from posexp.cli.errors import fail
 from posexp.cli.help import Command
 from posexp.config import CONFIG_DIR
 from posexp.errors import UsageError
+from posexp.timelimit import TIME_LIMIT_EXIT
 
 
 def preset_names() -> str:
@@ -256,9 +256,9 @@ def reproduce(
 def run_suite(args: list[str], preset: str, results_dir: Path, config_dir: Path | None,
               time_limit: str | None) -> None:
     """posexp reproduce's work, its launcher arguments and time limit checked first."""
-    from posexp.campaign import parse_time_limit
     from posexp.claims import reproduce as run_claims
     from posexp.claims.campaign import check_launcher_args
+    from posexp.timelimit import parse_time_limit
 
     launcher = check_launcher_args(args)
     seconds = None if time_limit is None else parse_time_limit(time_limit)
@@ -266,7 +266,7 @@ def run_suite(args: list[str], preset: str, results_dir: Path, config_dir: Path 
                tuple(launcher))
 
 
-# the exit status of a campaign stopped at its time limit, defined once (posexp/campaign.py)
+# the exit status of a campaign stopped at its time limit, defined once (posexp/timelimit.py)
 # and each preset's cost, read from the preset (its cost:), not repeated here
 reproduce.__doc__ = reproduce.__doc__.replace("{exit}", str(TIME_LIMIT_EXIT)).replace(
     "{costs}", preset_costs())

@@ -12,7 +12,6 @@ import typer
 from omegaconf import DictConfig, OmegaConf
 
 from posexp import scaling
-from posexp.campaign import end_sweep, pop_time_limit, sweep_campaign, timed_job
 from posexp.cli.app import EXTRA, app
 from posexp.cli.args import Args, parse_args, saved_run_args
 from posexp.cli.errors import fail
@@ -38,6 +37,7 @@ from posexp.config.hydra_jobs import (
 )
 from posexp.data.checks import check_paths
 from posexp.errors import UsageError
+from posexp.timelimit import end_sweep, pop_time_limit, sweep_campaign, timed_job
 from posexp.version import __version__
 
 # a task run's evaluation settings are eval.task_lengths and these of the task group

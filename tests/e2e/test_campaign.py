@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from posexp.campaign import TIME_LIMIT_EXIT
+from posexp.timelimit import TIME_LIMIT_EXIT
 from tests.conftest import read_json
 from tests.unit.test_reproduce import SMALL, THRESHOLDS
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from posexp.campaign import TIME_LIMIT_EXIT
 from posexp.claims.preset import load_preset
+from posexp.timelimit import TIME_LIMIT_EXIT
 from tests.conftest import in_process
 from tests.unit.test_committed_results import PREDATE, RESULTS
 

@@ -1,4 +1,4 @@
-"""Campaigns with a time limit (posexp/campaign.py) and what reproduce makes of a partial one
+"""Campaigns with a time limit (posexp/timelimit.py) and what reproduce makes of a partial one
 (posexp/claims/campaign.py), without training: the limit parsed, the estimate that decides
 whether a run starts, a run another process holds skipped, and pending claims."""
 import json
@@ -11,12 +11,12 @@ import pytest
 from omegaconf import OmegaConf
 
 import posexp.run
-from posexp.campaign import Campaign, held_elsewhere, parse_time_limit, pop_time_limit
 from posexp.claims import reproduce, verdicts
 from posexp.claims.base import UNMEASURED
 from posexp.claims.campaign import Pending, check_launcher_args
 from posexp.errors import PosexpError, UsageError
 from posexp.runs import Run
+from posexp.timelimit import Campaign, held_elsewhere, parse_time_limit, pop_time_limit
 from tests.unit.test_reproduce import (
     EXPECTED,
     PRESET,
