@@ -155,45 +155,52 @@ class Campaign:
         train, score = info.get("train_seconds") or 0, info.get("eval_seconds") or 0
         return Speed(float(info["tok_per_s"]), score / train if train > 0 else 0.0, path.name)
 
-    def estimate(self, path: Path, cfg: DictConfig) -> float | None:
-        """Seconds ``cfg``'s run needs at the measured speed, scoring included; None when
-        nothing is measured yet."""
+    def estimate(self, path: Path, cfg: DictConfig, again: bool = False) -> float | None:
+        """Seconds ``cfg``'s run needs at the measured speed, scoring included -- with
+        ``again``, a record trained again for its weights (run/restore.py): its whole
+        budget; None when nothing is measured yet."""
         speed = self.speed()
         if speed is None:
             return None
-        if read_info(path).get("status") == "completed":
+        if read_info(path).get("status") == "completed" and not again:
             return 0.0
-        tokens = max(0, int(cfg.train.tokens) - tokens_done(path))
+        tokens = max(0, int(cfg.train.tokens) - (0 if again else tokens_done(path)))
         return tokens / speed.tok_per_s * (1 + speed.scoring)
 
-    def admit(self, path: Path, cfg: DictConfig) -> bool:
-        """Whether ``cfg``'s run starts now, with its line."""
+    def admit(self, path: Path, cfg: DictConfig, again: bool = False) -> bool:
+        """Whether ``cfg``'s run starts now, with its line; ``again``: a record that lacks
+        points asked for, whose weights are trained again first (its whole budget)."""
         if path not in self.paths:
             self.paths.append(path)
         if self.deadline is None:
             return True
-        if self.expired:  # a recorded run is left as it is, and is not pending
-            if read_info(path).get("status") != "completed":
+        # a recorded run is left as it is, and is not pending: its points are scored, or it
+        # is skipped
+        recorded = read_info(path).get("status") == "completed" and not again
+        if self.expired:
+            if not recorded:
                 self.say("pending", path, "not started: the time limit has passed")
             return False
         from posexp.run.training import stop_requested
 
         if (signum := stop_requested()) is not None:  # the sweep was stopped: none starts
-            if read_info(path).get("status") != "completed":
+            if not recorded:
                 self.say("pending", path, f"not started: stopped by {signal.Signals(signum).name}")
             return False
-        if read_info(path).get("status") == "completed":  # nothing to train: its points
-            return True                                   # are scored, or it is skipped
-        need, left = self.estimate(path, cfg), self.left()
+        if recorded:
+            return True
+        need, left = self.estimate(path, cfg, again), self.left()
+        what = "its weights again: " if again else ""
         if need is None:
             # nothing measured yet: the run itself measures this machine, and at the limit
             # it is checkpointed, so starting it loses nothing
-            self.say("started", path, f"nothing measured yet; {duration(left)} left")
+            self.say("started", path, f"{what}nothing measured yet; {duration(left)} left")
             return True
         if need > left:
-            self.say("pending", path, f"needs about {duration(need)}, {duration(left)} left")
+            self.say("pending", path, f"{what}needs about {duration(need)}, {duration(left)} "
+                     "left")
             return False
-        self.say("started", path, f"about {duration(need)} of {duration(left)} left")
+        self.say("started", path, f"{what}about {duration(need)} of {duration(left)} left")
         return True
 
     def say(self, what: str, path: Path, detail: str = "") -> None:

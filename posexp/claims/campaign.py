@@ -126,10 +126,11 @@ def campaign_job(job: dict) -> str:
         configs = [apply_overrides(OmegaConf.create(text), [], allowed=()) for text in
                    job["configs"]]
     path = Path(configs[0].results_dir) / configs[0].experiment / configs[0].run_name
-    if held_elsewhere(campaign, path) or not campaign.admit(path, configs[0]):
-        return "pending"
     specs = [RunSpec.of(c) for c in configs]
-    if lacks_points(path, specs):  # a record asked for more points: its weights again
+    again = lacks_points(path, specs)  # a record asked for more points: its weights again
+    if held_elsewhere(campaign, path) or not campaign.admit(path, configs[0], again):
+        return "pending"
+    if again:
         try:
             restore_weights(path, specs[0])
         except PosexpError as e:

@@ -121,9 +121,10 @@ class Attempts:
             for n, each in enumerate(configs):
                 path = Path(each.results_dir) / each.experiment / each.run_name
                 check(each)
-                if n == 0 and not self.campaign.admit(path, each):
+                again = n == 0 and lacks_points(path, [RunSpec.of(c) for c in configs])
+                if n == 0 and not self.campaign.admit(path, each, again):
                     return path
-                if n == 0 and lacks_points(path, [RunSpec.of(c) for c in configs]):
+                if again:
                     restore_weights(path, RunSpec.of(each))  # a record: its weights again
                 run(RunSpec.of(each))
         except InUse as e:  # another campaign trains it: its claims wait, the others go on

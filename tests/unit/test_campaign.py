@@ -95,6 +95,25 @@ def test_a_run_starts_only_if_its_estimate_fits(tmp_path, capsys):
     assert line == "2 runs recorded, 1 pending; about 12m30s left at 100 tok/s (measured by new)"
 
 
+def test_a_record_trained_again_for_its_weights_needs_its_whole_budget(tmp_path, capsys):
+    """A record that lacks points asked for is trained again first (run/restore.py): it
+    starts only if its whole budget fits -- at `--time-limit 1s` it is pending, and nothing
+    trains -- while a recorded run that lacks nothing is let through to be skipped."""
+    record = completed(tmp_path / "x" / "record", 100, "2026-02-01T00:00:00+00:00")
+    campaign = Campaign("posexp reproduce", 600, [record])
+    assert campaign.estimate(record, tokens(30_000)) == 0.0
+    assert campaign.estimate(record, tokens(30_000), again=True) == pytest.approx(300)
+    assert campaign.admit(record, tokens(30_000))  # nothing to train: not a line
+    assert not campaign.admit(record, tokens(90_000), again=True)  # 900 s of 600
+    assert campaign.admit(record, tokens(30_000), again=True)
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("posexp reproduce: pending: x/record (its weights again: needs "
+                             "about 15m00s, ")
+    assert err[1].startswith("posexp reproduce: started: x/record (its weights again: about "
+                             "5m00s of ")
+    assert len(err) == 2
+
+
 def test_the_first_run_starts_before_anything_is_measured(tmp_path, capsys):
     campaign = Campaign("posexp sweep", 60, [tmp_path / "e" / "a"])
     assert campaign.estimate(tmp_path / "e" / "a", tokens(10**9)) is None
