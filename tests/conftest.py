@@ -114,11 +114,12 @@ def in_process(args: list[str], cwd: Path, env: dict) -> subprocess.CompletedPro
 def registries_of_posexp() -> list:
     """The registries an extension adds itself to (docs/architecture.md)."""
     from posexp.claims.registry import CLAIM_SETS
+    from posexp.data.kinds import KINDS
     from posexp.data.tasks.registry import TASKS
     from posexp.encodings.registry import ENCODINGS
     from posexp.report.base import FIGURES
 
-    return [ENCODINGS, TASKS, CLAIM_SETS, FIGURES]
+    return [ENCODINGS, TASKS, CLAIM_SETS, FIGURES, KINDS]
 
 
 def users_module(module: object) -> bool:

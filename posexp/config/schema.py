@@ -17,10 +17,9 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from posexp import scaling
-from posexp.data.source import DataSource
 from posexp.data.tokenizer import TokenizerKind
 
-__all__ = ["Attention", "Config", "DataConfig", "DataSource", "EncodingConfig", "EvalConfig",
+__all__ = ["Attention", "Config", "DataConfig", "EncodingConfig", "EvalConfig",
            "EvalMode", "EvalScalingConfig", "Init", "LoggerConfig", "ModelConfig", "ParentConfig",
            "Precision", "ScalingParams", "TaskConfig", "TokenizerKind", "TrainConfig",
            "TrainScalingConfig", "WandbMode", "register"]
@@ -120,7 +119,7 @@ class EncodingConfig:
 @dataclass
 class DataConfig:
     name: str = MISSING  # the corpus, as runs and the token cache name it
-    source: DataSource | None = None  # where it comes from; default: data.name
+    source: str | None = None  # a corpus kind (posexp/data/kinds.py) or task; default: data.name
     path: str | None = None  # text: a file or a directory; enwik8: the enwik8 file
     train_path: str | None = None  # text: separate training and validation files or directories
     val_path: str | None = None

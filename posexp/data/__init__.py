@@ -13,7 +13,9 @@ corpus and vocabulary size, and cached too.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import itertools
+import pkgutil
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -24,7 +26,8 @@ from omegaconf import DictConfig
 
 from posexp.data.cache import build_once, cache_root, open_tokens, token_dtype, write_meta
 from posexp.data.checks import data_source
-from posexp.data.source import SEPARATOR, SPLITS, DataSource, Document, Source, in_validation
+from posexp.data.kinds import KINDS
+from posexp.data.source import SEPARATOR, SPLITS, Document, Source, in_validation
 from posexp.data.tokenizer import (
     ByteTokenizer,
     JsonTokenizer,
@@ -34,7 +37,13 @@ from posexp.data.tokenizer import (
 )
 from posexp.errors import UsageError
 
-__all__ = ["SEPARATOR", "Corpus", "DataSource", "TokenizerKind", "in_validation", "load_corpus"]
+__all__ = ["SEPARATOR", "Corpus", "TokenizerKind", "in_validation", "load_corpus"]
+
+# every module of this package that registers a corpus kind, found as encodings are: a new
+# kind is a module of posexp/data (kinds.py) and its YAML
+for _module in pkgutil.iter_modules(__path__):
+    if not _module.ispkg:
+        importlib.import_module(f"{__name__}.{_module.name}")
 
 # Text per encode_batch call: 16 blocks, encoded in parallel.  A tokenizers Encoding costs
 # about 70 bytes of memory per byte of text, so this bounds the peak near 150 MB.
@@ -122,22 +131,8 @@ def scan(source: Source) -> Scan:
 
 
 def open_source(cfg: DictConfig) -> Source:
-    source = data_source(cfg)
-    if source == DataSource.stdlib:
-        from posexp.data.stdlib import stdlib_source
-
-        return stdlib_source(cfg.name, cfg.val_fraction)
-    if source == DataSource.text:
-        from posexp.data.text import text_source
-
-        return text_source(cfg)
-    if source == DataSource.enwik8:
-        from posexp.data.text import enwik8_source
-
-        return enwik8_source(cfg)
-    from posexp.data.hub import hub_source
-
-    return hub_source(cfg)
+    """The corpus of the data group ``cfg``, by its kind's reader (kinds.py)."""
+    return KINDS[data_source(cfg)].open(cfg)
 
 
 def bpe_tokenizer(source: Source, fingerprint: str, vocab_size: int, root: Path) -> JsonTokenizer:

@@ -7,7 +7,7 @@ import os
 import re
 from collections.abc import Mapping
 
-from posexp.data.source import DataSource
+from posexp.data.kinds import KINDS, TASK, read_keys, sources
 from posexp.data.tokenizer import TokenizerKind
 from posexp.errors import UsageError
 from posexp.values import check_path, in_range, positive
@@ -15,14 +15,14 @@ from posexp.values import check_path, in_range, positive
 MAX_VOCAB = 2**18  # data.vocab_size (the largest vocabularies in use are about 256k)
 
 
-def data_source(d: Mapping) -> DataSource:
-    """The source of the data group ``d``: data.source, by default data.name."""
-    value = d.get("source") or d["name"]
-    try:
-        return DataSource(value)
-    except ValueError:
-        raise UsageError(f"data.source must be one of {', '.join(s.value for s in DataSource)}; "
-                         f"got {value!r}") from None
+def data_source(d: Mapping) -> str:
+    """The source of the data group ``d``: data.source, by default data.name -- a corpus
+    kind of the registry (kinds.py), or task."""
+    value = str(d.get("source") or d["name"])
+    if value not in sources():
+        raise UsageError(f"data.source must be one of {', '.join(sources())}; got "
+                         f"{value!r}")
+    return value
 
 
 def check_data(d: Mapping) -> None:
@@ -32,17 +32,18 @@ def check_data(d: Mapping) -> None:
         raise UsageError(f"data.name must be a plain name (letters, digits, . _ -), got "
                          f"{d['name']!r}")
     source = data_source(d)
-    if (d["name"] == DataSource.task.value) != (source == DataSource.task):
-        raise UsageError(f"data.source={source.value} contradicts data={d['name']}: "
+    if (d["name"] == TASK) != (source == TASK):
+        raise UsageError(f"data.source={source} contradicts data={d['name']}: "
                          + ("data=task generates a task's instances; drop data.source, or "
                             "choose a corpus with data=NAME (posexp train --help lists them)"
-                            if d["name"] == DataSource.task.value else
+                            if d["name"] == TASK else
                             "a task is chosen with data=task task=NAME"))
-    _check_source(d, source)
+    kind = KINDS.get(source)
+    if kind is not None and kind.check is not None:
+        kind.check(d)
     # a file or dataset that this source would not read: set by mistake, silently ignored
-    reads = {DataSource.text: ("path", "train_path", "val_path"), DataSource.enwik8: ("path",),
-             DataSource.hub: ("hf_name", "hf_config")}.get(source, ())
-    for key in ("path", "train_path", "val_path", "hf_name", "hf_config"):
+    reads = kind.reads if kind is not None else ()
+    for key in read_keys():
         if d[key] and key not in reads:
             raise UsageError(f"data.{key} is set, but data={d['name']} does not read it "
                              "(data=text reads data.path, data=hf data.hf_name)")
@@ -50,33 +51,9 @@ def check_data(d: Mapping) -> None:
     _check_tokenizer(d, source)
 
 
-def _check_source(d: Mapping, source: DataSource) -> None:
-    name = d["name"]
-    if source == DataSource.text:
-        if not d["path"] and not (d["train_path"] and d["val_path"]):
-            raise UsageError(f"data={name} needs data.path=FILE_OR_DIR, or both "
-                             "data.train_path and data.val_path")
-        if d["path"] and (d["train_path"] or d["val_path"]):
-            raise UsageError("data.path and data.train_path/data.val_path exclude each other; "
-                             "set one or the other")
-        glob = d["glob"]
-        if not glob or os.path.isabs(glob) or ".." in glob.split("/"):
-            raise UsageError("data.glob must be a pattern relative to data.path (e.g. "
-                             f"'**/*.txt'), got {glob!r}")
-    if source == DataSource.enwik8 and not d["path"]:
-        raise UsageError(f"data={name} needs data.path=ENWIK8_FILE (unzipped from "
-                         "http://mattmahoney.net/dc/enwik8.zip)")
-    if source == DataSource.hub:
-        if not d["hf_name"]:
-            raise UsageError(f"data={name} needs data.hf_name=DATASET (a Hugging Face Hub id)")
-        for key in ("train_split", "val_split", "text_column"):
-            if not d[key]:
-                raise UsageError(f"data.{key} must not be empty")
-
-
-def _check_tokenizer(d: Mapping, source: DataSource) -> None:
+def _check_tokenizer(d: Mapping, source: str) -> None:
     tokenizer = TokenizerKind(d["tokenizer"])
-    if source == DataSource.task:
+    if source == TASK:
         from posexp.data.tasks import VOCAB_SIZE
 
         if tokenizer != TokenizerKind.byte or d["vocab_size"] != VOCAB_SIZE:
@@ -98,10 +75,8 @@ def check_paths(d: Mapping) -> None:
     """The files ``d`` (the data group) names exist and are regular files or directories.
     posexp train checks them before it starts; in a sweep each job meets them when it loads
     its corpus (data/text.py), so one job's missing file fails that job only."""
-    source = data_source(d)
-    keys = (("path", "train_path", "val_path") if source == DataSource.text
-            else ("path",) if source == DataSource.enwik8 else ())
-    for key in keys:
+    kind = KINDS.get(data_source(d))
+    for key in kind.paths if kind is not None else ():
         if d[key]:
             check_path(f"data.{key}", d[key])
     if TokenizerKind(d["tokenizer"]) == TokenizerKind.file and d["tokenizer_path"]:
@@ -113,4 +88,4 @@ def check_paths(d: Mapping) -> None:
 
 def is_task_data(d: Mapping) -> bool:
     """Whether the data group is an algorithmic task (data=task) rather than a corpus."""
-    return (d.get("source") or d["name"]) == DataSource.task.value
+    return (d.get("source") or d["name"]) == TASK

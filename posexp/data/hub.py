@@ -9,11 +9,12 @@ is one document, unless ``data.join_rows`` says the rows are the lines of one te
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 from omegaconf import DictConfig
 
+from posexp.data.kinds import CorpusKind, register_corpus_kind
 from posexp.data.source import Document, Source, cut_blocks
 from posexp.errors import PosexpError, UsageError
 
@@ -76,3 +77,14 @@ def hub_source(cfg: DictConfig) -> Source:
                 yield cut_blocks([text])
 
     return Source(cfg.name, {split: lambda ds=ds: documents(ds) for split, ds in loaded.items()})
+
+
+def check_hub(d: Mapping) -> None:
+    if not d["hf_name"]:
+        raise UsageError(f"data={d['name']} needs data.hf_name=DATASET (a Hugging Face Hub id)")
+    for key in ("train_split", "val_split", "text_column"):
+        if not d[key]:
+            raise UsageError(f"data.{key} must not be empty")
+
+
+register_corpus_kind(CorpusKind("hub", hub_source, ("hf_name", "hf_config"), (), check_hub))

@@ -10,19 +10,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
-
-
-class DataSource(str, Enum):
-    """data.source: where a corpus comes from (default: data.name)."""
-
-    stdlib = "stdlib"  # the interpreter's standard library
-    text = "text"  # local files
-    enwik8 = "enwik8"  # the enwik8 file, cut at the standard byte offsets
-    hub = "hub"  # a Hugging Face Hub dataset through `datasets`
-    task = "task"  # an algorithmic task (the task group), generated (posexp/data/tasks)
-
 
 SEPARATOR = b"\0"  # between documents; text never holds it
 SPLITS = ("train", "val")

@@ -12,6 +12,7 @@ import os
 import sysconfig
 from pathlib import Path
 
+from posexp.data.kinds import CorpusKind, register_corpus_kind
 from posexp.data.source import Source, file_source
 
 EXCLUDED_DIRS = {"site-packages", "dist-packages", "__pycache__"}
@@ -36,3 +37,6 @@ def stdlib_source(name: str, val_fraction: float) -> Source:
     files = stdlib_files(root)
     return file_source(name, files, [p.relative_to(root).as_posix() for p in files],
                        val_fraction)
+
+
+register_corpus_kind(CorpusKind("stdlib", lambda d: stdlib_source(d["name"], d["val_fraction"])))

@@ -9,11 +9,13 @@ in blocks, never whole, and checked to be UTF-8 as they are read.
 from __future__ import annotations
 
 import codecs
-from collections.abc import Iterator
+import os
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from omegaconf import DictConfig
 
+from posexp.data.kinds import CorpusKind, register_corpus_kind
 from posexp.data.source import Document, Source, cut_blocks, file_source, read_range
 from posexp.errors import UsageError
 from posexp.values import check_path
@@ -89,3 +91,28 @@ def enwik8_source(cfg: DictConfig) -> Source:
         "train": lambda: iter([cut_blocks(read_range(path, 0, ENWIK8_TRAIN))]),
         "val": lambda: iter([cut_blocks(read_range(path, ENWIK8_TRAIN, val_end))]),
     })
+
+
+def check_text(d: Mapping) -> None:
+    name = d["name"]
+    if not d["path"] and not (d["train_path"] and d["val_path"]):
+        raise UsageError(f"data={name} needs data.path=FILE_OR_DIR, or both "
+                         "data.train_path and data.val_path")
+    if d["path"] and (d["train_path"] or d["val_path"]):
+        raise UsageError("data.path and data.train_path/data.val_path exclude each other; "
+                         "set one or the other")
+    glob = d["glob"]
+    if not glob or os.path.isabs(glob) or ".." in glob.split("/"):
+        raise UsageError("data.glob must be a pattern relative to data.path (e.g. "
+                         f"'**/*.txt'), got {glob!r}")
+
+
+def check_enwik8(d: Mapping) -> None:
+    if not d["path"]:
+        raise UsageError(f"data={d['name']} needs data.path=ENWIK8_FILE (unzipped from "
+                         "http://mattmahoney.net/dc/enwik8.zip)")
+
+
+FILES = ("path", "train_path", "val_path")
+register_corpus_kind(CorpusKind("text", text_source, FILES, FILES, check_text))
+register_corpus_kind(CorpusKind("enwik8", enwik8_source, ("path",), ("path",), check_enwik8))

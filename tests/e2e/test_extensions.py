@@ -1,6 +1,6 @@
-"""One shape for every extension: a throwaway encoding, task, RoPE scaling method, claim and
-figure, each added the way docs/architecture.md says (one entry in its registry plus its
-config), appear in sweep, eval, report and reproduce with no other edit."""
+"""One shape for every extension: a throwaway encoding, corpus kind, task, RoPE scaling
+method, claim and figure, each added the way docs/architecture.md says (one entry in its
+registry plus its config), appear in sweep, eval, report and reproduce with no other edit."""
 import json
 import shutil
 import sys
@@ -25,12 +25,13 @@ def registries():
     """Every registry as it was, after a test that adds to them."""
     from posexp import scaling
     from posexp.claims import CLAIM_SETS
+    from posexp.data.kinds import KINDS
     from posexp.data.tasks import TASKS
     from posexp.encodings import ENCODINGS
     from posexp.report import FIGURES
 
     saved = [(registry, dict(registry)) for registry in
-             (scaling.METHODS, CLAIM_SETS, TASKS, ENCODINGS)]
+             (scaling.METHODS, CLAIM_SETS, TASKS, ENCODINGS, KINDS)]
     figures = list(FIGURES)
     yield
     for registry, content in saved:
@@ -59,6 +60,32 @@ def add_task(configs: Path) -> None:
     register_task(MirrorTask())
     (configs / "task").mkdir()
     (configs / "task" / "mirror.yaml").write_text("defaults:\n  - task_schema\nname: mirror\n")
+
+
+def add_corpus_kind(configs: Path) -> None:
+    """lines: each line of one local file a document -- a reader registered with the keys it
+    reads and its check, and its config file."""
+    from posexp.data.kinds import CorpusKind, register_corpus_kind
+    from posexp.data.source import Source, in_validation
+    from posexp.errors import UsageError
+
+    def open_lines(d) -> Source:
+        lines = Path(d.path).read_text().splitlines()
+        named = [(f"line {i}", line.encode()) for i, line in enumerate(lines) if line]
+
+        def split(val: bool):
+            return lambda: iter([[text] for name, text in named
+                                 if in_validation(name, d.val_fraction) == val])
+        return Source(d.name, {"train": split(False), "val": split(True)})
+
+    def check(d) -> None:
+        if not d["path"]:
+            raise UsageError("data=lines needs data.path=FILE")
+
+    register_corpus_kind(CorpusKind("lines", open_lines, ("path",), ("path",), check))
+    (configs / "data").mkdir()
+    (configs / "data" / "lines.yaml").write_text(
+        "defaults:\n  - data_schema\nname: lines\nval_fraction: 0.2\n")
 
 
 def halved(s, d: int, base: float, L: int, T: int):
@@ -113,6 +140,7 @@ def test_an_extension_of_each_kind_appears_everywhere(tmp_path, cache_dir, regis
     shutil.copy(EXAMPLE / "log_alibi.py", tmp_path)
     shutil.copytree(EXAMPLE / "configs", tmp_path / "configs")
     add_task(tmp_path / "configs")
+    add_corpus_kind(tmp_path / "configs")
     add_scaling_method()
     add_claim()
     add_figure()
@@ -128,6 +156,14 @@ def test_an_extension_of_each_kind_appears_everywhere(tmp_path, cache_dir, regis
     runs = tmp_path / "results" / "ext"
     assert sorted(p.parent.name for p in runs.glob("*/run.json")) == [
         "alibi-L16-s0", "log_alibi-L16-s0"]
+    # the corpus kind: its check refuses a run without its file, and a run trains on it
+    refused = in_process(["train", "--config-dir", "configs", "data=lines", *TINY], tmp_path, env)
+    assert refused.returncode == 2 and "data=lines needs data.path=FILE" in refused.stderr
+    (tmp_path / "lines.txt").write_text("\n".join(f"line {i}: " + "the quick brown fox " * 9
+                                                  for i in range(400)))
+    posexp("train", "--config-dir", "configs", "data=lines", "data.path=lines.txt",
+           "encoding=alibi", *TINY, "experiment=lines")
+    assert read_json(tmp_path / "results/lines/alibi-L16-s0/run.json")["status"] == "completed"
     # the task: a sweep over it and a built-in one
     posexp("sweep", "--config-dir", "configs", "data=task", "task=mirror,reverse",
            "encoding=rope", *TASK_SMALL, "experiment=ext", "run_name=${task.name}-rope")
