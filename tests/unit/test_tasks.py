@@ -58,6 +58,22 @@ def test_vocabulary():
      "a 0 the sky a + a + ? a | 0 2 ."),
     ("count", ([("set", 1), ("increment", 1), ("set", 1), ("set", 0), ("increment", 1)], 1),
      "b 0 b + b 0 a 0 b + ? b | 0 1 ."),
+    ("niah_multikey", ([(encode("a b"), encode("1 2 3 4 5 6 7")),
+                        (encode("c d"), encode("9 8 7 6 5 4 3")),
+                        (encode("e f"), encode("2 2 2 2 2 2 2")),
+                        (encode("g h"), encode("3 3 3 3 3 3 3"))], [2, 2, 1], 42, 0.0),
+     "key a b 1 2 3 4 5 6 7 the key g h 3 3 3 3 3 3 3 grass key c d 9 8 7 6 5 4 3 "
+     "key e f 2 2 2 2 2 2 2 ? a b | 1 2 3 4 5 6 7 ."),
+    ("niah_multikey", ([(encode("a b"), encode("1 2 3 4 5 6 7")),
+                        (encode("c d"), encode("9 8 7 6 5 4 3")),
+                        (encode("e f"), encode("2 2 2 2 2 2 2")),
+                        (encode("g h"), encode("3 3 3 3 3 3 3"))], [0, 0, 0], 41, 1.0),
+     "key c d 9 8 7 6 5 4 3 key e f 2 2 2 2 2 2 2 key g h 3 3 3 3 3 3 3 the "
+     "key a b 1 2 3 4 5 6 7 ? a b | 1 2 3 4 5 6 7 ."),
+    ("variable_tracking", ([encode(x) for x in ("a b", "c d", "e f", "g h", "i j")],
+                           encode("1 2 3 4 5"), [0, 0, 1, 1, 2], 30),
+     "key a b 1 2 3 4 5 key c d a b the key e f c d key g h e f grass key i j g h "
+     "? 1 2 3 4 5 | a b c d e f g h i j ."),
 ])
 def test_hand_checked_instances(name, args, text):
     instance = get_task(name).make(*args)
@@ -86,9 +102,37 @@ def independent_answer(name: str, prompt: str, length: int) -> str:
         return dict(zip(pairs[::2], pairs[1::2], strict=True))[query]
     if name == "count":
         return count_answer(words, length)
+    if name in ("niah_multikey", "variable_tracking"):
+        return ruler_answer(name, words, length)
     assert name == "passkey" and words[-1] == "?" and len(words) - 1 == length
     at = words.index("key")
     return " ".join(words[at + 1 : at + 6])
+
+
+def ruler_answer(name: str, words: list[str], length: int) -> str:
+    """RULER's two tasks, read as their definitions say: the context is the filler with
+    ``key NAME VALUE`` statements in it, a value a number or (variable tracking) a name."""
+    *context, query_token = words[:words.index("?") + 1]
+    query = words[words.index("?") + 1:]
+    assert query_token == "?" and len(context) == length
+    statements, i = [], 0
+    while i < len(context):  # outside a statement, the filler pattern runs on unbroken
+        if context[i] != "key":
+            i += 1
+            continue
+        name_of, rest = tuple(context[i + 1:i + 3]), context[i + 3:]
+        value = rest[:7 if name == "niah_multikey" else 5] if rest[0].isdigit() else rest[:2]
+        statements.append((name_of, tuple(value)))
+        i += 3 + len(value)
+    if name == "niah_multikey":  # four keys of their own; the queried key's number
+        assert len(statements) == 4 and len({k for k, _ in statements}) == 4
+        return " ".join(dict(statements)[tuple(query)])
+    # one chain: X1 is the number, each next the one before; every name assigned it
+    assert len(statements) == 5
+    values = {}
+    for var, value in statements:
+        values[var] = values.get(value, value)
+    return " ".join(" ".join(var) for var, _ in statements if values[var] == tuple(query))
 
 
 def count_answer(words: list[str], length: int) -> str:

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from posexp.data.tasks import counting, formats  # noqa: F401 -- register themselves, after the tasks
+# these register themselves, after the tasks of generators.py
+from posexp.data.tasks import counting, formats, ruler  # noqa: F401
 from posexp.data.tasks.generators import (
     AdditionTask,
     CopyTask,
