@@ -70,6 +70,11 @@ def test_vocabulary():
                         (encode("g h"), encode("3 3 3 3 3 3 3"))], [0, 0, 0], 41, 1.0),
      "key c d 9 8 7 6 5 4 3 key e f 2 2 2 2 2 2 2 key g h 3 3 3 3 3 3 3 the "
      "key a b 1 2 3 4 5 6 7 ? a b | 1 2 3 4 5 6 7 ."),
+    ("niah_multivalue", ([(encode("a b"), encode(" ".join(str(d) * 7))) for d in (3, 4, 1, 2)],
+                         [2, 0, 1], 42, 1.0),
+     "key a b 1 1 1 1 1 1 1 the key a b 2 2 2 2 2 2 2 grass key a b 3 3 3 3 3 3 3 "
+     "key a b 4 4 4 4 4 4 4 ? a b | 1 1 1 1 1 1 1 2 2 2 2 2 2 2 3 3 3 3 3 3 3 "
+     "4 4 4 4 4 4 4 ."),
     ("variable_tracking", ([encode(x) for x in ("a b", "c d", "e f", "g h", "i j")],
                            encode("1 2 3 4 5"), [0, 0, 1, 1, 2], 30),
      "key a b 1 2 3 4 5 key c d a b the key e f c d key g h e f grass key i j g h "
@@ -102,7 +107,7 @@ def independent_answer(name: str, prompt: str, length: int) -> str:
         return dict(zip(pairs[::2], pairs[1::2], strict=True))[query]
     if name == "count":
         return count_answer(words, length)
-    if name in ("niah_multikey", "variable_tracking"):
+    if name in ("niah_multikey", "niah_multivalue", "variable_tracking"):
         return ruler_answer(name, words, length)
     assert name == "passkey" and words[-1] == "?" and len(words) - 1 == length
     at = words.index("key")
@@ -121,12 +126,15 @@ def ruler_answer(name: str, words: list[str], length: int) -> str:
             i += 1
             continue
         name_of, rest = tuple(context[i + 1:i + 3]), context[i + 3:]
-        value = rest[:7 if name == "niah_multikey" else 5] if rest[0].isdigit() else rest[:2]
+        value = rest[:5 if name == "variable_tracking" else 7] if rest[0].isdigit() else rest[:2]
         statements.append((name_of, tuple(value)))
         i += 3 + len(value)
     if name == "niah_multikey":  # four keys of their own; the queried key's number
         assert len(statements) == 4 and len({k for k, _ in statements}) == 4
         return " ".join(dict(statements)[tuple(query)])
+    if name == "niah_multivalue":  # one key, four numbers: each, in the order they stand
+        assert len(statements) == 4 and {k for k, _ in statements} == {tuple(query)}
+        return " ".join(" ".join(v) for _, v in statements)
     # one chain: X1 is the number, each next the one before; every name assigned it
     assert len(statements) == 5
     values = {}

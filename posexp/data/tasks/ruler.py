@@ -1,4 +1,4 @@
-"""Two of RULER's synthetic tasks (Hsieh et al. 2024, "RULER: What's the Real Context Size of
+"""RULER's synthetic retrieval and tracing tasks (Hsieh et al. 2024, "RULER: What's the Real Context Size of
 Your Long-Context Language Models?"), after the definitions of their generators
 (NVIDIA/RULER, scripts/data/synthetic/niah.py and variable_tracking.py), read and written
 anew in posexp's vocabulary, so that a trained run is judged on retrieval beyond one
@@ -10,6 +10,9 @@ passkey's.
   key of its own each, V a 7-digit number (the first digit not 0, as RULER's numbers) -- the
   question names one key, the answer is its number.  The queried needle sits at depth d, as
   passkey's key block does; the three others, RULER's distractors, at places drawn uniformly.
+* ``niah_multivalue`` (RULER's niah_multivalue): four needles of one key and four numbers;
+  the answer is every number, in the order they stand (RULER scores them as a set).  The
+  first sits at depth d, the others where drawn.
 * ``variable_tracking`` (RULER's vt, one chain of four hops): ``key X1 V`` assigns a 5-digit
   number to X1 and ``key X2 X1`` ... ``key X5 X4`` each the variable before, at places of the
   filler drawn uniformly, in chain order; the question names the number, the answer is every
@@ -132,6 +135,55 @@ class MultiKeyNeedleTask(Task):
         return self.make(needles, offsets, length, depth)
 
 
+class MultiValueNeedleTask(MultiKeyNeedleTask):
+    """Length n: n tokens of context, filler but for four needles ``key K1 K2 v1 .. v7`` of
+    one key and four numbers; then ``?`` and the key; the answer is its four numbers, in the
+    order they stand.  The first of ``needles`` sits before filler token round(d * (n - 40)),
+    the others where ``offsets`` say.  n=40, d=0: ``key a b 1 1 1 1 1 1 1 key a b 2 2 2 2 2 2
+    2 key a b 3 3 3 3 3 3 3 key a b 4 4 4 4 4 4 4 ? a b | 1 1 1 1 1 1 1 2 2 ... 4 .``"""
+
+    name, task_id = "niah_multivalue", 16
+    description = "give every number of the queried key, four hidden in filler"
+
+    def tokens_for(self, length: int) -> int:
+        return length + 1 + NAME_LETTERS + 1 + self.needles * self.digits + 1
+
+    def make(self, needles: Sequence[tuple[Sequence[int], Sequence[int]]],
+             offsets: Sequence[int], length: int, depth: float) -> Instance:
+        """``needles``: (key, number) each, one key for all, the first at depth ``depth``;
+        ``offsets``: the filler offsets of the others (0 .. room)."""
+        if (reason := self.why_not(length)) is not None:
+            raise ValueError(reason)
+        room = length - self.min_length
+        if len(needles) != self.needles or len(offsets) != self.needles - 1 \
+                or not 0 <= depth <= 1 or not all(0 <= o <= room for o in offsets):
+            raise ValueError(f"niah_multivalue: needs {self.needles} needles, "
+                             f"{self.needles - 1} offsets in [0, {room}] and a depth in "
+                             f"[0, 1], got {len(needles)}, {list(offsets)} and {depth}")
+        for key, number in needles:
+            _check_name(key)
+            _check_number(number, self.digits)
+        if len({tuple(key) for key, _ in needles}) != 1 \
+                or len({tuple(number) for _, number in needles}) != self.needles:
+            raise ValueError("niah_multivalue: one key, and a number of its own each needle")
+        at = [round(depth * room), *offsets]
+        blocks = [[KEY, *key, *number] for key, number in needles]
+        order = sorted(range(self.needles), key=lambda i: at[i])  # as _hide lays them out
+        answer = [t for i in order for t in needles[i][1]]
+        return make_instance([*_hide(blocks, at, room), QUERY, *needles[0][0]], answer,
+                             length, float(depth))
+
+    def _draw(self, rng: np.random.Generator, length: int, depth: float | None) -> Instance:
+        depth = rng.uniform() if depth is None else depth
+        key = _name(rng, set())
+        numbers: list[list[int]] = []
+        while len(numbers) < self.needles:  # numbers of their own
+            if (number := _number(rng, self.digits)) not in numbers:
+                numbers.append(number)
+        offsets = rng.integers(0, length - self.min_length + 1, self.needles - 1).tolist()
+        return self.make([(key, n) for n in numbers], offsets, length, depth)
+
+
 class VariableTrackingTask(Task):
     """Length n: n tokens of context, filler but for one chain ``key X1 v1 .. v5``, ``key X2
     X1``, ..., ``key X5 X4`` at places drawn in chain order; then ``?`` and the number; the
@@ -186,4 +238,5 @@ class VariableTrackingTask(Task):
 
 
 register_task(MultiKeyNeedleTask())
+register_task(MultiValueNeedleTask())
 register_task(VariableTrackingTask())
