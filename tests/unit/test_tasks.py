@@ -88,6 +88,18 @@ def test_hand_checked_instances(name, args, text):
     assert decode(instance.answer) == text.split(" | ")[1]
 
 
+def test_the_common_words_are_answered_in_the_order_each_first_stands():
+    task = get_task("common_words")
+    common = [encode(f"{a} {a}") for a in "jihgfedcba"]
+    rare = [encode("k l"), encode("m n")]
+    words = [*common, *common * 29, *rare * 3]  # each common word once, then the rest
+    instance = task.make(words, 2)
+    assert decode(instance.answer) == "j j i i h h g g f f e e d d c c b b a a ."
+    assert len(instance.tokens) == task.tokens_for(2)
+    with pytest.raises(ValueError, match="needs 10 words 30 times and 2 words 3 times"):
+        task.make(words[:-1], 2)  # one rare word twice
+
+
 def independent_answer(name: str, prompt: str, length: int) -> str:
     """The answer computed from the decoded prompt with plain Python."""
     words = prompt.split()
@@ -107,6 +119,10 @@ def independent_answer(name: str, prompt: str, length: int) -> str:
         return dict(zip(pairs[::2], pairs[1::2], strict=True))[query]
     if name == "count":
         return count_answer(words, length)
+    if name == "common_words":  # the ten words the list holds 30 times, first seen first
+        counts = Counter(zip(words[:-1:2], words[1:-1:2], strict=True))
+        assert words[-1] == "?" and sorted(counts.values()) == [3] * length + [30] * 10
+        return " ".join(" ".join(w) for w, n in counts.items() if n == 30)
     if name in ("niah_multikey", "niah_multivalue", "variable_tracking"):
         return ruler_answer(name, words, length)
     assert name == "passkey" and words[-1] == "?" and len(words) - 1 == length

@@ -1,10 +1,10 @@
-"""RULER's synthetic retrieval and tracing tasks (Hsieh et al. 2024, "RULER: What's the Real Context Size of
-Your Long-Context Language Models?"), after the definitions of their generators
-(NVIDIA/RULER, scripts/data/synthetic/niah.py and variable_tracking.py), read and written
-anew in posexp's vocabulary, so that a trained run is judged on retrieval beyond one
-passkey.  The haystack is passkey's: the filler pattern, unbroken but for what is hidden in
-it, so only what is hidden carries information.  Lengths are tokens of context, as
-passkey's.
+"""RULER's synthetic retrieval, tracing and aggregation tasks (Hsieh et al. 2024, "RULER:
+What's the Real Context Size of Your Long-Context Language Models?"), after the definitions
+of their generators (NVIDIA/RULER, scripts/data/synthetic/niah.py, variable_tracking.py and
+common_words_extraction.py), read and written anew in posexp's vocabulary, so that a
+trained run is judged on retrieval beyond one passkey.  The needles' and the chain's
+haystack is passkey's: the filler pattern, unbroken but for what is hidden in it, so only
+what is hidden carries information; their lengths are tokens of context, as passkey's.
 
 * ``niah_multikey`` (RULER's niah_multikey_1): four needles ``key K V`` -- K two letters, a
   key of its own each, V a 7-digit number (the first digit not 0, as RULER's numbers) -- the
@@ -19,6 +19,9 @@ passkey's.
   variable assigned it, in chain order (RULER scores the names as a set; the order is the one
   they appear in, so the answer has one spelling).  RULER draws the places; this task has no
   depth.
+* ``common_words`` (RULER's cwe): a shuffled list of ten words 30 times each and n words 3
+  times each; the answer is the ten common words (RULER scores them as a set; here in the
+  order each first stands).  Its lengths are RULER's long contexts: 600 tokens and more.
 """
 
 from __future__ import annotations
@@ -237,6 +240,55 @@ class VariableTrackingTask(Task):
         return self.make(names, _number(rng, self.digits), offsets, length)
 
 
+class CommonWordsTask(Task):
+    """Length n: a list of words -- ten common words 30 times each and n uncommon words 3
+    times each, every word two letters, shuffled -- then ``?``; the answer is the ten common
+    words, in the order each first stands.  RULER asks for "the 10 most common words in the
+    above list" (its numbered list is plain here: the words alone).  Every length is long:
+    the common words alone are 300 words, 600 tokens."""
+
+    name, task_id, length_unit = "common_words", 17, "uncommon words"
+    description = "name the ten words the shuffled list holds 30 times each"
+    common, common_freq, uncommon_freq = 10, 30, 3  # RULER's cwe: num_cw, freq_cw, freq_ucw
+
+    def why_not(self, length: int) -> str | None:
+        names = len(LETTERS) ** NAME_LETTERS
+        if length < self.min_length or length > names - self.common:
+            return (f"common_words: {length} uncommon words; there are {names} words of "
+                    f"{NAME_LETTERS} letters, ten of them the common ones")
+        return None
+
+    def tokens_for(self, length: int) -> int:
+        words = self.common * self.common_freq + self.uncommon_freq * length
+        return NAME_LETTERS * words + 1 + 1 + NAME_LETTERS * self.common + 1
+
+    def make(self, words: Sequence[Sequence[int]], length: int) -> Instance:
+        """``words``: the shuffled list, each word NAME_LETTERS letter tokens, as the task
+        defines it (ten words 30 times, ``length`` words 3 times)."""
+        if (reason := self.why_not(length)) is not None:
+            raise ValueError(reason)
+        for word in words:
+            _check_name(word)
+        counts: dict[tuple[int, ...], int] = {}
+        for word in words:
+            counts[tuple(word)] = counts.get(tuple(word), 0) + 1
+        common = [w for w, n in counts.items() if n == self.common_freq]
+        if len(common) != self.common or len(counts) != self.common + length or any(
+                n not in (self.common_freq, self.uncommon_freq) for n in counts.values()):
+            raise ValueError(f"common_words: needs {self.common} words {self.common_freq} "
+                             f"times and {length} words {self.uncommon_freq} times")
+        return make_instance([t for w in words for t in w] + [QUERY],
+                             [t for w in common for t in w], length)  # in first-seen order
+
+    def _draw(self, rng: np.random.Generator, length: int, depth: float | None) -> Instance:
+        taken: set[tuple[int, ...]] = set()
+        common = [_name(rng, taken) for _ in range(self.common)]
+        uncommon = [_name(rng, taken) for _ in range(length)]
+        words = common * self.common_freq + uncommon * self.uncommon_freq
+        return self.make([words[i] for i in rng.permutation(len(words))], length)
+
+
 register_task(MultiKeyNeedleTask())
 register_task(MultiValueNeedleTask())
 register_task(VariableTrackingTask())
+register_task(CommonWordsTask())
