@@ -66,10 +66,12 @@ ENCODINGS: dict[str, EncodingSpec] = {}
 def register(spec: EncodingSpec) -> EncodingSpec:
     if spec.name in ENCODINGS:
         raise ValueError(f"two encodings are called {spec.name!r}")
-    taken = {other.colour.lower(): other.name for other in ENCODINGS.values()}
-    if spec.colour.lower() in taken:
-        raise ValueError(f"{spec.name} and {taken[spec.colour.lower()]} have the same colour "
-                         f"{spec.colour}")
+    for what, of in (("colour", lambda s: s.colour.lower()), ("order", lambda s: s.order),
+                     ("label", lambda s: s.label)):  # each its own in figures and tables
+        taken = {of(other): other.name for other in ENCODINGS.values()}
+        if of(spec) in taken:
+            raise ValueError(f"{spec.name} and {taken[of(spec)]} have the same {what} "
+                             f"{getattr(spec, what)}")
     ENCODINGS[spec.name] = spec
     return spec
 

@@ -169,10 +169,14 @@ def test_config_check_builds_nothing_real():
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 512 * 1024  # KiB
 
 
-def test_an_encoding_cannot_take_a_name_or_colour_already_taken():
+def test_an_encoding_cannot_take_a_name_colour_order_or_label_already_taken():
     rope = ENCODINGS["rope"]
     with pytest.raises(ValueError, match="two encodings are called 'rope'"):
         register(dataclasses.replace(rope, colour="#123456"))
     with pytest.raises(ValueError, match="rope2 and rope have the same colour #0072b2"):
         register(dataclasses.replace(rope, name="rope2", colour="#0072b2"))
+    with pytest.raises(ValueError, match="rope2 and rope have the same order 3"):
+        register(dataclasses.replace(rope, name="rope2", colour="#123456"))
+    with pytest.raises(ValueError, match="rope2 and rope have the same label RoPE"):
+        register(dataclasses.replace(rope, name="rope2", colour="#123456", order=99))
     assert "rope2" not in ENCODINGS
