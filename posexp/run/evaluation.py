@@ -22,7 +22,7 @@ from posexp.run.protocols import Held, Scored, Wanted
 from posexp.run.setup import build_model, pick_device
 from posexp.run.training import Interrupted
 from posexp.run.workloads import group, wanted_text, workload_of
-from posexp.runs import CHECKPOINT, Run, code_record, now
+from posexp.runs import CHECKPOINT, EVAL, Run, code_record, now
 from posexp.sinks import Sink
 from posexp.version import PROTOCOL
 
@@ -79,9 +79,10 @@ def set_aside_other_code(run: Run, scored: dict, work: Scored,
     cannot score some of them again."""
     other = run.other_code(scored)
     if other is None:
-        return scored, []
+        return scored, unfinished(run, scored, work, scalings)
     asked = set(work.requested(scalings, scored) or {})
     held, lost = work.held([p for p in work.points(scored) if work.key(p) not in asked])
+    held += unfinished(run, scored, work, scalings, say=False)  # a copy's, stopped before
     if lost:
         raise PosexpError(
             f"{run.path}: eval.json holds {len(lost)} {work.what}(s) scored by other code "
@@ -133,6 +134,34 @@ def requested_table(run: Run, work: Scored, scalings: Iterable[dict | None],
     return work.table(requested_points(run, work, scalings), tokenizer)
 
 
+def unfinished(run: Run, scored: dict, work: Scored, scalings: Iterable[dict | None],
+               say: bool = True) -> Held:
+    """The points the newest copy of an eval.json of other code (set_aside_other_code's)
+    held that eval.json lacks and is not asked for -- a scoring again stopped before it had
+    scored them all -- by the overrides that score them again: scored next, so none is left
+    in the copy alone."""
+    copies = sorted(run.path.glob(f"{EVAL}.other-code-*"))
+    try:
+        old = json.loads(copies[-1].read_text()) if copies else None
+    except (OSError, ValueError):
+        old = None
+    if not isinstance(old, dict):
+        return []
+    have = {work.key(p) for p in work.points(scored)} | set(work.requested(scalings, scored)
+                                                            or {})
+    try:
+        held, _ = work.held([p for p in work.points({**EMPTY, **old})
+                             if work.key(p) not in have])
+    except (KeyError, TypeError):  # not a copy this code reads: left as it is
+        return []
+    if held and say:
+        n = sum(len(items) for _, wanted in held for _, items in wanted)
+        print(f"posexp: {run.path}: {copies[-1].name} holds {n} {work.what}(s) eval.json lacks "
+              "(its scoring again was stopped); they are scored with this code too",
+              file=sys.stderr)
+    return held
+
+
 def points_to_score(run: Run, work: Scored, scalings: Iterable[dict | None],
                     only_missing: bool = True) -> tuple[Wanted, Held]:
     """What to score with ``scalings``: the points eval.json lacks, or with ``only_missing``
@@ -166,7 +195,10 @@ def score_missing(run: Run, spec: RunSpec, device: torch.device, info: dict,
     scalings = spec.run_scalings if scalings is None else scalings
     if run.is_record(info):
         refuse_record(run, spec, work, scalings)
-    if not missing_points(work, scalings, read_scored(run)):
+    scored = read_scored(run)
+    if not missing_points(work, scalings, scored) and (
+            run.is_record(info) or run.other_code(scored) is not None
+            or not unfinished(run, scored, work, scalings, say=False)):
         print(f"posexp: {run.path}: already completed, and eval.json holds every {work.what} "
               f"asked for; {'nothing to score' if header else SKIP_ADVICE}", file=sys.stderr)
         print(requested_table(run, work, scalings, (info.get("corpus") or {}).get("tokenizer")))

@@ -150,6 +150,26 @@ def scored_again_with_this_code(run: Path) -> None:
     assert read_json(aside)["code"]["source_sha256"] == "0" * 64  # kept, whole
 
 
+def rescore_stopped(run: Path) -> None:
+    """A scoring again under new code stopped after its first point: the old eval.json (of
+    another source) copied aside, the new one holding length 16 alone, of this code."""
+    code = read_json(run / "eval.json")["code"]
+    other_code(run)
+    shutil.copyfile(run / "eval.json", run / "eval.json.other-code-20260101T000000Z")
+    edit_json("eval.json", lambda d: d.update(
+        code=code, curve=[p for p in d["curve"] if p["length"] == 16]))(run)
+
+
+def the_copy_s_points_scored_again(run: Path) -> None:
+    """The points the stopped scoring had not reached are scored now, to the values the
+    copy holds (the numbers' code is the same here)."""
+    data = strict_json(run / "eval.json")
+    [aside] = run.glob("eval.json.other-code-*")
+    old = {p["length"]: p["loss"] for p in read_json(aside)["curve"]}
+    assert {p["length"]: p["loss"] for p in data["curve"]} == old
+    assert data["code"]["source_sha256"] != "0" * 64
+
+
 def held_points_scored_again_beside_the_new(run: Path) -> None:
     """A point asked for under other code: every point eval.json held is scored again
     with this code beside it (one run's points come from one code), none dropped, and
@@ -206,6 +226,11 @@ ROWS = [
         other_code, ("eval", "{run}", "eval.lengths=[128]", "eval.mode=sliding"), 0,
         "and the 3 others it held, are scored again with this code", kept=False,
         after=held_points_scored_again_beside_the_new),
+    Row("4 train again after a scoring again was stopped: the copy's points it lacks scored",
+        rescore_stopped, ("train", "encoding=rope", *[a for a in TINY if "eval.lengths" not in a],
+                          "eval.lengths=[16]", "results_dir=out"), 0,
+        "holds 2 point(s) eval.json lacks (its scoring again was stopped)", kept=False,
+        after=the_copy_s_points_scored_again),
     Row("4 train again after posexp's source changed, nothing missing: skipped, untouched",
         other_code, ("train", "encoding=rope", *TINY, "results_dir=out"), 0,
         "already completed, and eval.json holds every point asked for"),
