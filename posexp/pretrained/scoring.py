@@ -30,13 +30,14 @@ from posexp.evaluate.windows import (
     score_curves,
     scored_spans,
 )
+from posexp.pretrained import config as pcfg
 from posexp.pretrained import passkey
 from posexp.pretrained.model import PretrainedLM
 from posexp.pretrained.rope import Rescaler
 from posexp.pretrained.source import TOKENIZER, Source
 from posexp.run.protocols import Held, Want, Wanted
 from posexp.run.tables import format_curve, format_tasks
-from posexp.run.workloads import curve_again, curve_wants, gather, group, task_again
+from posexp.run.workloads import curve_again, curve_wants, gather, group
 from posexp.runs import Run, point_key, task_point_key
 from posexp.spans import Spans
 
@@ -132,8 +133,18 @@ class PretrainedWorkload:
 
     @staticmethod
     def held(points: list[dict]) -> tuple[Held, list[dict]]:
-        """The curve and passkey points ``points`` as this code scores them again."""
-        return gather(points, lambda p: task_again(p) if "task" in p else curve_again(p, None))
+        """The curve and passkey points ``points`` as this code scores them again: a curve
+        point by its eval.* (curve_again), a passkey point by the eval.task.* of a pretrained
+        run (its instance count, eval seed and key's digits)."""
+        def again(p: dict) -> tuple[dict, Want] | None:
+            if "task" not in p:
+                return curve_again(p, None)
+            depth = None if p.get("depth") is None else float(p["depth"])
+            task = {"name": passkey.PASSKEY, "eval_count": p["count"],
+                    "eval_seed": p["eval_seed"], "digits": p["digits"]}
+            return {"eval": {"task": task}}, (p.get("rope_scaling"), (p["length"], depth))
+
+        return gather(points, again)
 
 
 def score(lm: PretrainedLM, tokenizer, run: Run, spec: RunSpec, corpus: Corpus,
@@ -173,7 +184,8 @@ def score_all(lm: PretrainedLM, tokenizer, run: Run, spec: RunSpec, corpus: Corp
               wanted: Wanted, held: Held, device: torch.device, progress: bool = True) -> None:
     """Score ``wanted``, then the points ``held`` of an eval.json of other code set aside,
     each group under the overrides that score it again (run.evaluation.points_to_score)."""
-    for each, todo in [(spec, wanted), *((spec.scored_as(o), w) for o, w in held)]:
+    for each, todo in [(spec, wanted),
+                       *((pcfg.spec_of(OmegaConf.merge(spec.config(), o)), w) for o, w in held)]:
         if todo:
             spans = scored_spans(len(corpus.val), corpus.val_documents, each.eval.tokens)
             score(lm, tokenizer, run, each, corpus, spans, todo, device, progress)

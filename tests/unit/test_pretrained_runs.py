@@ -310,3 +310,33 @@ def test_the_groups_read_from_the_model_are_the_trained_runs_keys_and_pickle():
     cfg = pcfg.structured(OmegaConf.create({"data": {"name": "stdlib"}, "run_name": "x"}))
     again = pickle.loads(pickle.dumps(cfg))
     assert OmegaConf.get_type(again.model) is pcfg.ShapeConfig and again == cfg
+
+
+def test_a_run_scored_under_new_code_scores_its_held_points_again(
+        llama_dir, corpus_dir, tmp_path, monkeypatch, cache_dir):
+    """A pretrained run's eval.json of other code, a new point asked for: every point it
+    held -- its curve at other lengths, its passkey cells though this command asks for no
+    task -- is scored again with this code beside the new one, to the same values."""
+    import json
+
+    from posexp.pretrained.lifecycle import evaluate_dir
+    from posexp.runs.records import contents_sha256
+
+    monkeypatch.setenv("POSEXP_CACHE", str(cache_dir))
+    args = [*base_args(corpus_dir, tmp_path / "out"), "task=passkey", "task.lengths=[32]",
+            "task.depths=[0.5]", "task.eval_count=2"]
+    pretrained(str(llama_dir), None, args, progress=False)
+    path = tmp_path / "out" / "default" / "tiny-llama"
+    data = json.loads((path / "eval.json").read_text())
+    before = {(p.get("mode"), p["length"]): p.get("loss", p.get("exact"))
+              for p in data["curve"] + data["tasks"]}
+    data["code"]["source_sha256"] = "0" * 64
+    data["sha256"] = contents_sha256(data)
+    (path / "eval.json").write_text(json.dumps(data))
+    assert evaluate_dir(path, ["eval.mode=sliding", "eval.lengths=[16]", "task=null"],
+                        progress=False) == "completed"
+    after = json.loads((path / "eval.json").read_text())
+    values = {(p.get("mode"), p["length"]): p.get("loss", p.get("exact"))
+              for p in after["curve"] + after["tasks"]}
+    assert {k: values[k] for k in before} == before and ("sliding", 16) in values
+    assert after["code"]["source_sha256"] != "0" * 64
