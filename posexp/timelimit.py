@@ -211,15 +211,18 @@ class Campaign:
         """Runs recorded, runs pending, and the time the pending ones need at the measured
         speed (those whose config is not known yet, fine-tunes of pending runs, counted at
         their parent's tokens)."""
-        recorded = sum(read_info(p).get("status") == "completed" for p in self.paths)
+        from posexp.runs import Run
+
+        recorded = sum(read_info(p).get("status") == "completed" and p not in pending
+                       for p in self.paths)
         speed = self.speed()
         if not pending:
             left = "nothing left to train"
         elif speed is None:
             left = "time left unknown: no run has been measured yet"
         else:
-            need = sum(self.estimate(p, cfg) or 0.0 for p, cfg in pending.items()
-                       if cfg is not None)
+            need = sum(self.estimate(p, cfg, again=Run(p).is_record(read_info(p))) or 0.0
+                       for p, cfg in pending.items() if cfg is not None)
             left = f"about {duration(need)} left at {speed.tok_per_s:,.0f} tok/s " \
                    f"(measured by {speed.run})"
         return f"{recorded} run{'s' * (recorded != 1)} recorded, {len(pending)} pending; {left}"

@@ -204,16 +204,20 @@ def launch_all(preset: DictConfig, configs: list[DictConfig], paths: list[Path],
     return [*paths, *tuned], failed
 
 
-def pending_runs(configs: list[DictConfig], paths: list[Path],
+def pending_runs(preset: DictConfig, configs: list[DictConfig], paths: list[Path],
                  tunes: list[tuple[Path, list[str]]],
                  failed: dict[Path, str]) -> dict[Path, tuple[DictConfig, Pending]]:
     """The campaign's runs neither recorded nor failed, each with a config good for its
     estimate (a fine-tune not composed yet: its parent's, at the fine-tune's tokens) and
     what claims are matched on."""
+    from posexp.config import RunSpec
+    from posexp.run.restore import lacks_points
+
     out: dict[Path, tuple[DictConfig, Pending]] = {}
     by_path = dict(zip(paths[:len(configs)], configs, strict=True))
-    for path, cfg in by_path.items():
-        if path not in failed and read_info(path).get("status") != "completed":
+    for path, cfg in by_path.items():  # a completed run short of a point asked is pending
+        if path not in failed and (read_info(path).get("status") != "completed" or lacks_points(
+                path, [RunSpec.of(c) for c in modes_of(preset, cfg)], records_only=False)):
             out[path] = (cfg, pending_of(cfg))
     for path, (parent, overrides) in zip(paths[len(configs):], tunes, strict=True):
         if path not in failed and read_info(path).get("status") != "completed":
@@ -250,7 +254,7 @@ def run_campaign(preset: DictConfig, configs: list[DictConfig], paths: list[Path
     signum, broke = take_stop() if watched else (None, None)
     if signum is not None and (not campaign.expired or broke):
         raise stopped_line(configs, signum, broke)
-    return paths, failed, campaign, pending_runs(configs, paths, tunes, failed)
+    return paths, failed, campaign, pending_runs(preset, configs, paths, tunes, failed)
 
 
 def end_campaign(campaign: Campaign, pending: dict, failed: dict[Path, str], total: int) -> None:

@@ -24,13 +24,17 @@ from posexp.runs import CHECKPOINT, Run
 SCRATCH = ".campaign"  # beside the runs: results/.gitignore keeps it out of git
 
 
-def lacks_points(path: Path, specs: list[RunSpec]) -> bool:
-    """Whether ``path`` holds a run record that lacks a point one of ``specs`` asks for."""
+def lacks_points(path: Path, specs: list[RunSpec], records_only: bool = True) -> bool:
+    """Whether ``path`` holds a run record (with ``records_only`` false, any completed run)
+    that lacks a point one of ``specs`` asks for."""
     from posexp.run.evaluation import missing_points
     from posexp.run.workloads import workload_of
 
     run = Run(path)
-    if not os.path.lexists(path / "run.json") or not run.is_record(run.info()):
+    if not os.path.lexists(path / "run.json"):
+        return False
+    info = run.info()
+    if not run.is_record(info) if records_only else info.get("status") != "completed":
         return False
     scored = run.read_eval()
     return any(missing_points(workload_of(spec), spec.run_scalings, scored) for spec in specs)

@@ -47,3 +47,25 @@ def test_a_record_asked_for_more_points_gets_its_own_weights_back(posexp, tmp_pa
     # the scratch runs do not stay (their lock files may)
     assert not [p for p in (root / ".campaign" / "restore" / "claims").iterdir()
                 if not p.name.startswith(".")]
+
+
+def test_a_record_too_long_to_train_again_in_the_time_left_is_pending(posexp, tmp_path):
+    """At --time-limit 1s a record short of a point asked is pending, counted so, and the
+    command exits 3 (runs pending) with nothing trained -- not "0 pending" and 0."""
+    from posexp.timelimit import TIME_LIMIT_EXIT
+
+    preset = tiny_preset(tmp_path / "tiny.yaml", rope_tokens=2048)
+    lengths(preset, "[16]")
+    assert posexp("reproduce", "--preset", str(preset), "--results-dir", "out").returncode == 0
+    root = tmp_path / "out" / "claims"
+    for name in ("rope-L16-s0", "alibi-L16-s0"):
+        (root / name / "checkpoint.pt").unlink()  # records, as git holds them
+        info = read_json(root / name / "run.json")  # measured on a slow machine: 20 s a run
+        (root / name / "run.json").write_text(json.dumps({**info, "tok_per_s": 100}))
+    lengths(preset, "[16,64]")
+    r = posexp("reproduce", "--preset", str(preset), "--results-dir", "out", "--time-limit", "1s")
+    assert r.returncode == TIME_LIMIT_EXIT, r.stderr
+    assert "reproduce: pending: claims/alibi-L16-s0 (its weights again: needs about" in r.stderr
+    assert "0 runs recorded, 2 pending; about " in r.stderr
+    assert "training its config again" not in r.stderr
+    assert not (root / "alibi-L16-s0" / "checkpoint.pt").exists()
