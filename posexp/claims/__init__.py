@@ -15,8 +15,10 @@ from posexp.claims.base import Claim, CurveRef, Test, Verdict
 from posexp.claims.registry import CLAIM_SETS, ClaimSet, register_claim_set
 from posexp.claims.suite import reproduce, verdicts
 
+PROGRAMS = ("digest",)  # run as programs (python -m), imported by their runs alone
 for _module in pkgutil.iter_modules(__path__):
-    importlib.import_module(f"{__name__}.{_module.name}")
+    if _module.name not in PROGRAMS:
+        importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = ["CLAIM_SETS", "Claim", "ClaimSet", "CurveRef", "Test", "Verdict",
            "register_claim_set", "reproduce", "verdicts"]

@@ -215,8 +215,12 @@ def reproduce(name: str, results_dir: Path, config_dir: str | None = None,
                          preset, main, {p: int(c.train.tokens) for c, p in planned})
     # a run that failed after it completed (scoring its sliding points) is in the report, but
     # its claims are not measured
+    # a claim waits on the runs not recorded yet; a completed run short of a point asked
+    # (pending too, for the campaign's count) leaves the claims that read it not measured
+    waiting = [what for path, (_, what) in pending.items()
+               if read_info(path).get("status") != "completed"]
     rows = verdicts([r for r in runs if r.path not in failed], preset, n_tokens.pop(),
-                    [what for _, what in pending.values()], main)
+                    waiting, main)
     write_verdicts(out, name, preset, claim_set, sections, rows, runs, failed, seeds, made,
                    main)
     print(f"\n{terminal_verdicts(rows)}\n\nreport: {out}")
