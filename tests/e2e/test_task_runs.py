@@ -187,7 +187,7 @@ def test_a_damaged_task_point_makes_the_run_damaged(task_runs, tmp_path):
     (["data=task"], "data=task needs a task: add task=NAME, one of copy, reverse, sort"),
     (["data=task", "task=juggle"], "there is no task 'juggle'; available options in 'task': "
                                    "addition, addition_carries, addition_hints, "
-                                   "addition_reversed, copy"),
+                                   "addition_reversed, common_words, copy"),
     (["data=task", "task=copy", "eval.task_lengths=[0]"],
      "each of eval.task_lengths must be a positive integer, got 0"),
     (["data=task", "task=copy", "eval.task_lengths=[8,8]"],

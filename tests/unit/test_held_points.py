@@ -73,10 +73,11 @@ def test_each_held_task_point_is_asked_for_by_its_overrides():
 
 def test_a_pretrained_model_s_held_points_are_curve_and_passkey_alike():
     passkey = {"task": "passkey", "length": 64, "depth": 0.5, "count": 20, "eval_seed": 1,
-               "rope_scaling": None}
+               "digits": 5, "rope_scaling": None}
     held, lost = PretrainedWorkload.held([curve("sliding", 32, 16), passkey])
     assert lost == []
     assert [o for o, _ in held] == [
         {"eval": {"mode": "sliding", "stride": None, "tokens": 512, "positions": None}},
-        {"task": {"eval_count": 20, "eval_seed": 1}, "eval": {"positions": None}}]
+        {"eval": {"task": {"name": "passkey", "eval_count": 20, "eval_seed": 1,
+                           "digits": 5}}}]  # a pretrained run's passkey is eval.task
     assert [w for _, w in held] == [[(None, [32])], [(None, [(64, 0.5)])]]
