@@ -325,6 +325,14 @@ def test_why_not_reasons():
     assert get_task("parity").why_not(0) == "parity: length 0 is below the minimum 1"
     assert get_task("passkey").why_not(5) == (
         "passkey: a context of 5 tokens cannot hold the 6-token key block")
+    for name in ("niah_multikey", "niah_multivalue"):  # each says its own name
+        assert get_task(name).why_not(39) == (
+            f"{name}: a context of 39 tokens cannot hold its 4 needles of 10 tokens")
+    assert get_task("variable_tracking").why_not(27) == (
+        "variable_tracking: a context of 27 tokens cannot hold its chain of 28 tokens")
+    assert get_task("common_words").why_not(667) == (
+        "common_words: 667 uncommon words; there are 676 words of 2 letters, ten of them "
+        "the common ones")
     for task in TASKS.values():
         assert all(task.why_not(n) is None for n in range(task.min_length, 21))
     with pytest.raises(ValueError, match="past the 20-digit limit"):

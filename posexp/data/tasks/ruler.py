@@ -100,32 +100,40 @@ class MultiKeyNeedleTask(Task):
 
     def why_not(self, length: int) -> str | None:
         if length < self.min_length:
-            return (f"niah_multikey: a context of {length} tokens cannot hold its "
+            return (f"{self.name}: a context of {length} tokens cannot hold its "
                     f"{self.needles} needles of {self.block} tokens")
         return None
 
     def tokens_for(self, length: int) -> int:
         return length + 1 + NAME_LETTERS + 1 + self.digits + 1
 
-    def make(self, needles: Sequence[tuple[Sequence[int], Sequence[int]]],
-             offsets: Sequence[int], length: int, depth: float) -> Instance:
-        """``needles``: (key, number) each, the queried one first, its filler offset
-        round(depth * room); ``offsets``: the filler offsets of the others (0 .. room)."""
+    def laid_out(self, needles: Sequence[tuple[Sequence[int], Sequence[int]]],
+                 offsets: Sequence[int], length: int, depth: float) -> tuple[list, list]:
+        """The context with ``needles`` -- (key, number) each, checked -- hidden in it, the
+        first before filler token round(depth * room), the others at ``offsets`` (0 ..
+        room); and the needles' indices in the order they stand."""
         if (reason := self.why_not(length)) is not None:
             raise ValueError(reason)
         room = length - self.min_length
         if len(needles) != self.needles or len(offsets) != self.needles - 1 \
                 or not 0 <= depth <= 1 or not all(0 <= o <= room for o in offsets):
-            raise ValueError(f"niah_multikey: needs {self.needles} needles, "
+            raise ValueError(f"{self.name}: needs {self.needles} needles, "
                              f"{self.needles - 1} offsets in [0, {room}] and a depth in "
                              f"[0, 1], got {len(needles)}, {list(offsets)} and {depth}")
         for key, number in needles:
             _check_name(key)
             _check_number(number, self.digits)
-        if len({tuple(key) for key, _ in needles}) != self.needles:
-            raise ValueError("niah_multikey: every needle has a key of its own")
+        at = [round(depth * room), *offsets]
         blocks = [[KEY, *key, *number] for key, number in needles]
-        context = _hide(blocks, [round(depth * room), *offsets], room)
+        order = sorted(range(self.needles), key=lambda i: at[i])  # as _hide lays them out
+        return _hide(blocks, at, room), order
+
+    def make(self, needles: Sequence[tuple[Sequence[int], Sequence[int]]],
+             offsets: Sequence[int], length: int, depth: float) -> Instance:
+        """``needles``: (key, number) each, the queried one first (laid_out)."""
+        if len({tuple(key) for key, _ in needles}) != len(needles):
+            raise ValueError("niah_multikey: every needle has a key of its own")
+        context, _ = self.laid_out(needles, offsets, length, depth)
         key, number = needles[0]
         return make_instance([*context, QUERY, *key], number, length, float(depth))
 
@@ -153,28 +161,14 @@ class MultiValueNeedleTask(MultiKeyNeedleTask):
 
     def make(self, needles: Sequence[tuple[Sequence[int], Sequence[int]]],
              offsets: Sequence[int], length: int, depth: float) -> Instance:
-        """``needles``: (key, number) each, one key for all, the first at depth ``depth``;
-        ``offsets``: the filler offsets of the others (0 .. room)."""
-        if (reason := self.why_not(length)) is not None:
-            raise ValueError(reason)
-        room = length - self.min_length
-        if len(needles) != self.needles or len(offsets) != self.needles - 1 \
-                or not 0 <= depth <= 1 or not all(0 <= o <= room for o in offsets):
-            raise ValueError(f"niah_multivalue: needs {self.needles} needles, "
-                             f"{self.needles - 1} offsets in [0, {room}] and a depth in "
-                             f"[0, 1], got {len(needles)}, {list(offsets)} and {depth}")
-        for key, number in needles:
-            _check_name(key)
-            _check_number(number, self.digits)
+        """``needles``: (key, number) each, one key for all, the first at depth ``depth``
+        (laid_out); the answer is every number in the order they stand."""
         if len({tuple(key) for key, _ in needles}) != 1 \
-                or len({tuple(number) for _, number in needles}) != self.needles:
+                or len({tuple(number) for _, number in needles}) != len(needles):
             raise ValueError("niah_multivalue: one key, and a number of its own each needle")
-        at = [round(depth * room), *offsets]
-        blocks = [[KEY, *key, *number] for key, number in needles]
-        order = sorted(range(self.needles), key=lambda i: at[i])  # as _hide lays them out
+        context, order = self.laid_out(needles, offsets, length, depth)
         answer = [t for i in order for t in needles[i][1]]
-        return make_instance([*_hide(blocks, at, room), QUERY, *needles[0][0]], answer,
-                             length, float(depth))
+        return make_instance([*context, QUERY, *needles[0][0]], answer, length, float(depth))
 
     def _draw(self, rng: np.random.Generator, length: int, depth: float | None) -> Instance:
         depth = rng.uniform() if depth is None else depth
