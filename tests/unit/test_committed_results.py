@@ -11,6 +11,7 @@
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -231,3 +232,23 @@ def test_no_document_types_a_list_of_every_encoding():
 def test_predating_reports_are_still_there():
     """A report taken off results/ is taken off PREDATE too (no stale exemptions)."""
     assert all((RESULTS / where / "verdicts.json").is_file() for where in PREDATE)
+
+
+def committed_unfinished(repo: Path) -> list[str]:
+    """The run records git holds under results/ that did not finish: an interrupted run's
+    files travel without its checkpoint, so next session it trains afresh over them."""
+    listed = subprocess.run(["git", "-C", str(repo), "ls-files", "-z", "results"],
+                            capture_output=True, text=True, check=True).stdout.split("\0")
+    return [name for name in listed if name.endswith("/run.json")
+            and json.loads((repo / name).read_text())["status"] != "completed"]
+
+
+def test_only_finished_runs_are_committed(tmp_path):
+    assert committed_unfinished(REPO) == []
+    # the check can fail: a record marked interrupted, committed in a scratch repository
+    run = tmp_path / "results" / "x" / "rope-L64-s0"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({"status": "interrupted"}))
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "add", "results"], check=True)
+    assert committed_unfinished(tmp_path) == ["results/x/rope-L64-s0/run.json"]
