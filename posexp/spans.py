@@ -40,15 +40,19 @@ A span is (first, length): it scores the targets first+1 .. first+length.
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import lzma
+import re
 import zlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
 SPAN_TOKENS = 4096  # the longest span; a longer share of a document is cut into several
 EFFECTIVE_DOCUMENTS = 25  # no document holds more than 1/25 of the targets, where it can be
+SPACE_RUN = re.compile(r"\s+")  # lm-evaluation-harness's word boundary (Task.count_words)
 
 
 @dataclass(frozen=True, eq=False)
@@ -57,6 +61,11 @@ class Spans:
     length: np.ndarray  # int64 [spans]
     document: np.ndarray  # int64 [spans]: the validation document it lies in
     text_documents: int | None = None  # the split's documents with text (None: not known)
+    # whole documents (lm-eval's protocol, whole_documents): each span is one document's text
+    # after a prefix token, first = its first token - 1; None: the spans of ``layout``.
+    # ``asked`` is the eval.tokens they were drawn for; ``words`` and ``bytes`` each
+    # document's, as lm-evaluation-harness counts them (count_text)
+    whole: dict | None = None
 
     @property
     def tokens(self) -> int:
@@ -80,6 +89,8 @@ class Spans:
         digest = hashlib.sha256()
         for array in (self.first, self.length, self.document):
             digest.update(np.ascontiguousarray(array, dtype=np.int64).tobytes())
+        if self.whole is not None:
+            digest.update(b"whole")
         return digest.hexdigest()[:12]
 
     @property
@@ -101,13 +112,16 @@ class Spans:
                   "effective_documents": round(self.effective_documents, 3)}
         if self.text_documents is not None:
             record["text_documents"] = self.text_documents
+        if self.whole is not None:
+            record["whole_documents"] = self.whole
         return record
 
     @classmethod
     def from_record(cls, record: dict) -> Spans:
         return cls(*(np.asarray(record[k], dtype=np.int64)
                      for k in ("first", "length", "document")),
-                   text_documents=record.get("text_documents"))
+                   text_documents=record.get("text_documents"),
+                   whole=record.get("whole_documents"))
 
 
 def _cap(sizes: np.ndarray, n_tokens: int) -> int:
@@ -204,6 +218,53 @@ def layout(val_tokens: int, document_starts: np.ndarray, n_tokens: int) -> Spans
             document.append(d)
     return Spans(np.asarray(first, dtype=np.int64), np.asarray(length, dtype=np.int64),
                  np.asarray(document, dtype=np.int64), int((sizes > 0).sum()))
+
+
+def whole_documents(val_tokens: int, document_starts: np.ndarray, n_tokens: int,
+                    count: Callable[[np.ndarray], tuple[list[int], list[int]]]) -> Spans:
+    """Whole validation documents holding at least ``n_tokens`` targets, for lm-eval's
+    protocol: documents with text taken in one fixed order (a permutation seeded 0, so they
+    spread over the split) until their text tokens reach ``n_tokens``, then laid out in split
+    order.  A document's targets are its text alone (not the separator after it), each span
+    ``first`` its first token - 1: it is scored after a prefix token, not after the stream
+    before it.  ``count(documents)`` gives each one's words and bytes (count_text)."""
+    starts = np.asarray(document_starts, dtype=np.int64)
+    ends = np.append(starts[1:] - 1, val_tokens)  # less the separator between documents
+    text = ends - starts
+    if not 0 < n_tokens <= text.sum():
+        raise ValueError(f"cannot score {n_tokens} targets of a validation split whose "
+                         f"documents hold {int(text.sum())} tokens of text")
+    order = [d for d in np.random.default_rng(0).permutation(len(starts)) if text[d] > 0]
+    taken = int(np.searchsorted(np.cumsum(text[order]), n_tokens)) + 1
+    chosen = np.sort(np.asarray(order[:taken], dtype=np.int64))
+    words, n_bytes = count(chosen)
+    return Spans(starts[chosen] - 1, text[chosen], chosen, int((text > 0).sum()),
+                 whole={"asked": n_tokens, "words": list(words), "bytes": list(n_bytes)})
+
+
+def count_text(texts: Iterable[Iterable[bytes]], documents: np.ndarray
+               ) -> tuple[list[int], list[int]]:
+    """The words and bytes of each of ``documents`` (indices into ``texts``, the split's
+    documents as blocks of text) as lm-evaluation-harness counts a document: words
+    ``len(re.split(r"\\s+", text))`` (one more than its runs of whitespace), bytes its UTF-8
+    length.  Streamed block by block: a run of whitespace across a block's end is one run, a
+    character across it one character."""
+    wanted = {int(d): i for i, d in enumerate(documents)}
+    words, n_bytes = [0] * len(wanted), [0] * len(wanted)
+    for d, blocks in enumerate(texts):
+        if (i := wanted.get(d)) is None:
+            continue
+        runs, size, after_space = 0, 0, False
+        decode = codecs.getincrementaldecoder("utf-8")(errors="replace").decode
+        for block in [*blocks, b""]:  # b"": the decoder's end
+            piece = decode(block, final=not block)
+            size += len(block)
+            runs += len(SPACE_RUN.findall(piece))
+            runs -= after_space and SPACE_RUN.match(piece) is not None  # one run, cut
+            if piece:  # a block may end inside a character: nothing decoded yet
+                after_space = SPACE_RUN.match(piece[-1]) is not None
+        words[i], n_bytes[i] = runs + 1, size
+    return words, n_bytes
 
 
 def compression(text: bytes) -> dict[str, float]:

@@ -63,6 +63,10 @@ def check_positions(e: DictConfig, random_positions: int | None, what: str) -> N
         raise UsageError(f"{what} was trained on random positions below {random_positions}: "
                          f"a RoPE scaling ({', '.join(scaled)}) scores it at consecutive "
                          f"positions only; add eval.positions={scaling.CONSECUTIVE}")
+    if at is None and EvalMode(e.mode) == EvalMode.lm_eval:
+        raise UsageError(f"{what} was trained on random positions below {random_positions}: "
+                         "eval.mode=lm_eval scores each document from position 0, at "
+                         f"consecutive positions only; add eval.positions={scaling.CONSECUTIVE}")
 
 
 def check_windows(e: DictConfig, lengths: list[int]) -> None:

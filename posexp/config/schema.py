@@ -55,6 +55,7 @@ class Precision(str, Enum):
 class EvalMode(str, Enum):
     nonoverlapping = "nonoverlapping"
     sliding = "sliding"
+    lm_eval = "lm_eval"  # lm-evaluation-harness's rolling windows over whole documents
 
 
 class WandbMode(str, Enum):

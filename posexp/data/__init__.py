@@ -17,7 +17,7 @@ import importlib
 import itertools
 import pkgutil
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,6 +66,10 @@ class Corpus:
     text_bytes: dict[str, int]  # split -> bytes of text, separators included
     # where each validation document starts in ``val`` (after a separator; 0 for the first)
     val_documents: np.ndarray
+    separator_id: int = 0  # the token between documents (tokenizer.py)
+    # the validation split's documents as text again, blocks of bytes each, in ``val``'s
+    # order (lm_eval mode counts their words and bytes: evaluate/rolling.py)
+    val_texts: Callable[[], Iterator[Document]] | None = None
 
     def describe(self) -> dict:
         return {
@@ -256,4 +260,5 @@ def load_corpus(cfg: DictConfig) -> Corpus:
     return Corpus(source.name, arrays["train"], arrays["val"], tokenizer.vocab_size,
                   scanned.fingerprint, scanned.documents, tokenizer.token_bytes,
                   tokenizer.name, tokenizer.fingerprint, scanned.bytes,
-                  np.load(directory / "val.docs.npy"))
+                  np.load(directory / "val.docs.npy"), tokenizer.separator_id,
+                  source.splits["val"])

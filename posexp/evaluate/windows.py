@@ -64,6 +64,7 @@ class Scoring:
     batch_tokens: int
     per_position_buckets: int = 4
     positions: EvalPositions = PLAIN
+    prefix: int | None = None  # lm_eval mode: the token before each document (rolling.py)
 
     @classmethod
     def of(cls, e) -> Scoring:
@@ -231,6 +232,9 @@ def bucket_edges(length: int, per_doubling: int) -> tuple[np.ndarray, np.ndarray
 
 def point(mode: str, length: int, stride: int, spans: Spans,
           rope_scaling: dict | None = None, at: EvalPositions = PLAIN) -> dict:
+    whole = {} if spans.whole is None else {  # lm_eval mode's (rolling.py)
+        "eval_tokens": spans.whole["asked"], "prefix_token": None, "words": None,
+        "bytes": None, "word_perplexity": None, "byte_perplexity": None}
     return {
         "mode": mode,
         "length": length,
@@ -250,6 +254,7 @@ def point(mode: str, length: int, stride: int, spans: Spans,
         "bits_per_token": None,
         "bits_per_byte": None,
         "seconds": None,
+        **whole,
     }
 
 
@@ -315,7 +320,7 @@ def extrapolation_curve(
     applicable = scored_lengths(lengths, model.max_positions, at)
     # the per-position loss is the model's as trained: none for a scaling or a variant
     longest = per_position_length(applicable, spans) \
-        if rope_scaling is None and not at.consecutive else None
+        if rope_scaling is None and not at.consecutive and spans.whole is None else None
     model.eval()
     curve, per_position = [], None
     for length in sorted(lengths):
@@ -360,22 +365,39 @@ def _score_point(p: dict, model: GPT, val: np.ndarray, spans: Spans, scoring: Sc
     sums of each document and the interval; returns the per-position buckets when ``edges``
     ask."""
     t0 = time.perf_counter()
+    if spans.whole is not None:  # rolling.py imports this module
+        from posexp.evaluate.rolling import lm_eval_numbers, score_documents
+
+        losses, context = score_documents(model, val, spans, p["length"], scoring.prefix,
+                                          scoring.batch_tokens, device, progress)
+        p["seconds"] = round(time.perf_counter() - t0, 3)
+        total = float(losses.sum())
+        p.update(_perplexities(total, p["tokens"], n_bytes, losses, spans), **context,
+                 prefix_token=scoring.prefix, **lm_eval_numbers(total, spans))
+        return None
     windows = span_windows(spans, p["stride"])
     losses, by_bucket, clipped = score_windows(
         model, val, p["length"], windows, spans.tokens, scoring.batch_tokens, device, edges,
         progress, scoring.positions)
     p["seconds"] = round(time.perf_counter() - t0, 3)
-    total = float(losses.sum())
-    p["loss"] = total / p["tokens"]
+    p.update(_perplexities(float(losses.sum()), p["tokens"], n_bytes, losses, spans))
+    p.update(window_context(windows, p["length"], p["stride"]))
+    if clipped:
+        p["clipped"] = clipped
+    return by_bucket
+
+
+def _perplexities(total: float, tokens: int, n_bytes: int, losses: np.ndarray,
+                  spans: Spans) -> dict:
+    """A point's loss, perplexity and bits from its summed loss ``total``, with the sums of
+    each document and the interval."""
+    p = {"loss": total / tokens}
     p["ppl"] = math.exp(p["loss"])
     p["bits_per_token"] = p["loss"] / math.log(2)
     p["bits_per_byte"] = total / n_bytes / math.log(2)
     p["block_loss"], p["block_tokens"] = stats.cluster_sums(losses, spans)
     p["ppl_low"], p["ppl_high"] = stats.ppl_interval(p)
-    p.update(window_context(windows, p["length"], p["stride"]))
-    if clipped:
-        p["clipped"] = clipped
-    return by_bucket
+    return p
 
 
 def window_context(windows: Windows, length: int, stride: int) -> dict:
@@ -413,6 +435,10 @@ def count_windows(lengths: list[int], scoring: Scoring, spans: Spans,
     (per_position_length; unless not ``per_position``: a RoPE scaling has none)."""
     lengths = scored_lengths(lengths, max_positions, scoring.positions)
     mode, stride = scoring.mode, scoring.stride
+    if spans.whole is not None:  # rolling.py imports this module
+        from posexp.evaluate.rolling import count_document_windows
+
+        return sum(count_document_windows(spans, L) for L in lengths)
     total = sum(len(span_windows(spans, window_stride(L, mode, stride)).ends)
                 for L in lengths)
     per_position = per_position and not scoring.positions.consecutive
@@ -423,7 +449,7 @@ def count_windows(lengths: list[int], scoring: Scoring, spans: Spans,
 
 
 def window_stride(length: int, mode: str, stride: int | None) -> int:
-    return length if mode == "nonoverlapping" else (stride or max(1, length // 2))
+    return (stride or max(1, length // 2)) if mode == "sliding" else length
 
 
 def per_position_record(length: int, spans: Spans, edges: tuple[np.ndarray, np.ndarray],

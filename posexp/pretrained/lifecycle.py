@@ -25,7 +25,8 @@ from omegaconf import DictConfig, OmegaConf
 from posexp.config import RunSpec
 from posexp.data import Corpus
 from posexp.errors import PosexpError, Stopped, UsageError
-from posexp.evaluate.windows import scored_spans
+from posexp.evaluate.rolling import scored_text
+from posexp.evaluate.windows import Scoring
 from posexp.pretrained import config as pcfg
 from posexp.pretrained.model import (
     Described,
@@ -193,7 +194,7 @@ def _score(run: Run, spec: RunSpec, source: Source, loaded: tuple[PretrainedLM, 
     """Score what eval.json lacks with the model and corpus ``loaded``; run.json ends
     completed (a completed run stays so if stopped, with the points scored so far)."""
     lm, corpus = loaded
-    spans = scored_spans(len(corpus.val), corpus.val_documents, spec.eval.tokens)
+    spans = scored_text(corpus, Scoring.of(spec.eval).mode, spec.eval.tokens)
     work, asked = PretrainedWorkload(spec, spans, str(run.path)), spec.scalings
     todo, held = points_to_score(run, work, asked)
     run.update(device=str(device), dtype=str(dtype_for(device)).removeprefix("torch."),

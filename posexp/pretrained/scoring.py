@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -23,13 +24,8 @@ from tqdm.auto import tqdm
 from posexp.config import RunSpec
 from posexp.data import Corpus, load_corpus
 from posexp.errors import UsageError
-from posexp.evaluate.windows import (
-    Scoring,
-    check_val_size,
-    curve_windows,
-    score_curves,
-    scored_spans,
-)
+from posexp.evaluate.rolling import prefix_token, scored_text
+from posexp.evaluate.windows import Scoring, check_val_size, curve_windows, score_curves
 from posexp.pretrained import config as pcfg
 from posexp.pretrained import passkey
 from posexp.pretrained.model import PretrainedLM
@@ -151,7 +147,8 @@ def score(lm: PretrainedLM, tokenizer, run: Run, spec: RunSpec, corpus: Corpus,
           spans: Spans, wanted: Wanted, device: torch.device, progress: bool = True) -> None:
     """Score ``wanted`` (missing_points'), writing each scaling's curve and each passkey
     point to eval.json as they come; the model is put back as published at the end."""
-    scoring, rescaler = Scoring.of(spec.eval), Rescaler(lm)
+    scoring = replace(Scoring.of(spec.eval), prefix=prefix_token(corpus, tokenizer))
+    rescaler = Rescaler(lm)
     task, name = spec.task_settings, spec.encoding.name
     todo = [(record, [i for i in items if isinstance(i, int)],
              [i for i in items if not isinstance(i, int)]) for record, items in wanted]
@@ -187,5 +184,5 @@ def score_all(lm: PretrainedLM, tokenizer, run: Run, spec: RunSpec, corpus: Corp
     for each, todo in [(spec, wanted),
                        *((pcfg.spec_of(OmegaConf.merge(spec.config(), o)), w) for o, w in held)]:
         if todo:
-            spans = scored_spans(len(corpus.val), corpus.val_documents, each.eval.tokens)
+            spans = scored_text(corpus, Scoring.of(each.eval).mode, each.eval.tokens)
             score(lm, tokenizer, run, each, corpus, spans, todo, device, progress)

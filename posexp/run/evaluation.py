@@ -329,12 +329,14 @@ def evaluate_dir(path: Path, spec: RunSpec) -> None:
 
 def corpus_header(path: Path, spec: RunSpec, device: torch.device) -> str:
     e = spec.eval
-    stride = "" if EvalMode(e.mode) == EvalMode.nonoverlapping else (
+    stride = "" if EvalMode(e.mode) != EvalMode.sliding else (
         f", stride {e.stride}" if e.stride else ", stride half of each window")
     n = len(spec.scalings)
     variants = "" if spec.scalings == (None,) else (
         f", {n} RoPE scaling{'s' * (n != 1)} ("
         + ", ".join(scaling.text(scaling.key(r)) for r in spec.scalings) + ")")
+    text = (f"whole validation documents holding {e.tokens:,} tokens or more, each alone "
+            "(lm-evaluation-harness's rolling windows)" if EvalMode(e.mode) == EvalMode.lm_eval
+            else f"{e.tokens:,} validation tokens spread over the split")
     return (f"posexp eval: {path}: {EvalMode(e.mode).value}{stride}{variants} at "
-            f"{', '.join(map(str, e.lengths))} on {e.tokens:,} validation tokens spread over "
-            f"the split ({device})")
+            f"{', '.join(map(str, e.lengths))} on {text} ({device})")

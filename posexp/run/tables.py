@@ -30,27 +30,35 @@ def format_curve(curve: list[dict], train_len: int, title: str, per_byte: bool =
     bits per byte when tokens are not bytes; one table per mode and RoPE scaling, or per
     mode the scalings' method x length table when it holds more than one."""
     lines = []
-    extra = f"  {'bits/byte':>9}" if per_byte else ""
     for mode in dict.fromkeys(p["mode"] for p in curve):
         ours = [p for p in curve if p["mode"] == mode]
         if len({point_scaling(p) for p in ours}) > 1:
             lines.append(format_scalings(ours, train_len, title))
             continue
-        scaled = scored_as(ours[0])
-        lines.append(f"\n{title}: {mode}{scaled}, at every length "
-                     f"{region_text(region(ours[0]))}{documents(ours[0])}")
-        lines.append(f"{'length':>8}  {'loss (nats)':>11}  {'ppl':>8}  {'bits/token':>10}{extra}")
+        lm_eval = "word_perplexity" in ours[0]  # lm_eval mode's: lm-eval's numbers too
+        lines.append(f"\n{title}: {mode}{scored_as(ours[0])}, at every length "
+                     + (whole_text(ours[0]) if lm_eval else
+                        f"{region_text(region(ours[0]))}{documents(ours[0])}"))
+        columns = [("loss (nats)", 11, ".4f", "loss"), ("ppl", 8, ".3f", "ppl"),
+                   ("bits/token", 10, ".4f", "bits_per_token")]
+        columns += [("bits/byte", 9, ".4f", "bits_per_byte")] if per_byte or lm_eval else []
+        columns += [("word ppl", 9, ".4g", "word_perplexity")] if lm_eval else []
+        lines.append(f"{'length':>8}" + "".join(f"  {c[0]:>{c[1]}}" for c in columns))
         for p in ours:
             mark = "  <- train length" if p["length"] == train_len else ""
-            if p["applicable"]:
-                bpb = f"  {p['bits_per_byte']:>9.4f}" if per_byte else ""
-                lines.append(f"{p['length']:>8}  {p['loss']:>11.4f}  {p['ppl']:>8.3f}  "
-                             f"{p['bits_per_token']:>10.4f}{bpb}{mark}")
-            else:
-                na = f"  {'n/a':>9}" if per_byte else ""
-                lines.append(f"{p['length']:>8}  {'n/a':>11}  {'n/a':>8}  {'n/a':>10}{na}  "
-                             f"({p['reason']}){mark}")
+            cells = "".join(f"  {p[key]:>{width}{form}}" if p["applicable"] else
+                            f"  {'n/a':>{width}}" for _, width, form, key in columns)
+            why = "" if p["applicable"] else f"  ({p['reason']})"
+            lines.append(f"{p['length']:>8}{cells}{why}{mark}")
     return "\n".join(lines)
+
+
+def whole_text(p: dict) -> str:
+    """How a table names an lm_eval point's text: its documents, whole, and their counts."""
+    n = p["documents"]
+    return (f"{p['tokens']:,} tokens of {n:,} whole validation document{'s' * (n != 1)} "
+            f"({p['words']:,} words, {p['bytes']:,} bytes; spans {p['spans']}), each after "
+            f"token {p['prefix_token']} (lm-evaluation-harness's protocol)")
 
 
 def ratio_text(num: dict, den: dict) -> str:

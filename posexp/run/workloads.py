@@ -26,6 +26,7 @@ from posexp.data import Corpus, load_corpus
 from posexp.data.tasks import PAD, TaskData, heldout, training_batch
 from posexp.errors import UsageError
 from posexp.evaluate.positions import PLAIN, EvalPositions
+from posexp.evaluate.rolling import LM_EVAL, prefix_token, scored_text
 from posexp.evaluate.tasks import answer_loss, task_curve
 from posexp.evaluate.windows import (
     Scoring,
@@ -128,7 +129,7 @@ def curve_again(p: dict, random_positions: int | None) -> tuple[dict, Want] | No
                         EvalPositions.of(random_positions, at))
     if p.get("spans") is None or point_key(p) not in again:
         return None
-    return {"eval": {"mode": mode, "stride": stride, "tokens": p["tokens"],
+    return {"eval": {"mode": mode, "stride": stride, "tokens": p.get("eval_tokens", p["tokens"]),
                      "positions": at}}, (record, n)
 
 
@@ -167,6 +168,18 @@ def curve_wants(mode: str | EvalMode, stride: int | None, lengths: Iterable[int]
                        "rope_scaling": record, "stride": window_stride(L, mode, stride),
                        **at.record()}):
             (record, L) for record in scalings for L in lengths}
+
+
+def recorded_layout(scored: dict, mode: str, n_tokens: int) -> tuple[str, int] | None:
+    """(id, targets) of the layout eval.json (``scored``) holds for eval.tokens=``n_tokens``
+    in ``mode`` -- whole documents drawn for it in lm_eval mode, else spans of that many
+    targets; a layout is a function of the split and eval.tokens alone, so one recorded is
+    the one asked for -- or None when it holds none."""
+    found = [(name, sum(record["length"])) for name, record in scored.get("spans", {}).items()
+             if ((record.get("whole_documents") or {}).get("asked") == n_tokens
+                 if mode == LM_EVAL else
+                 "whole_documents" not in record and sum(record["length"]) == n_tokens)]
+    return found[0] if len(found) == 1 else None
 
 
 class CorpusWorkload:
@@ -235,12 +248,10 @@ class CorpusWorkload:
         layout is a function of the split and eval.tokens alone, so one recorded is the
         one the config asks for -- and then every point is asked for."""
         e = self.spec.eval
-        ids = [name for name, record in scored.get("spans", {}).items()
-               if sum(record["length"]) == e.tokens]
-        if len(ids) != 1:
+        if (found := recorded_layout(scored, EvalMode(e.mode).value, e.tokens)) is None:
             return None
-        return curve_wants(e.mode, e.stride, self.spec.eval_lengths, ids[0], e.tokens,
-                           scalings, self.scoring().positions)
+        return curve_wants(e.mode, e.stride, self.spec.eval_lengths, *found, scalings,
+                           self.scoring().positions)
 
     def every(self, scalings: Iterable[dict | None]) -> Wanted:
         return [(record, list(self.spec.eval_lengths)) for record in scalings]
@@ -262,7 +273,8 @@ class CorpusWorkload:
         """The curve of every scaling and lengths of ``wanted``, each scaling's points written
         to eval.json as soon as they are scored; the model is put back as trained."""
         spec = self.spec
-        scoring, spans = self.scoring(), self.spans(corpus)
+        scoring = replace(self.scoring(), prefix=prefix_token(corpus))
+        spans = scored_text(corpus, scoring.mode, spec.eval.tokens)
         layout = (spans.id, self.layout(corpus, spans))
 
         def write(record: dict | None, points: list[dict], per_position: dict | None) -> None:

@@ -15,7 +15,7 @@ POINT_KEYS = frozenset({"mode", "length", "stride", "tokens"})
 # A task point is accuracy on the held-out instances of one length (and depth, for passkey):
 # the same task, length, depth, instance count, eval seed and RoPE scaling replaces it.
 TASK_POINT_KEYS = frozenset({"task", "length", "depth", "count", "eval_seed"})
-MODES = ("nonoverlapping", "sliding")  # config.schema.EvalMode
+MODES = ("nonoverlapping", "sliding", "lm_eval")  # config.schema.EvalMode
 
 # (what was scored, tokens): "spans <id>", or "tail <first_token>" for the targets
 # first_token+1 .. first_token+tokens of a point written before posexp spread them

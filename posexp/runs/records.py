@@ -83,7 +83,9 @@ POINT_KINDS = {"mode": STR, "length": LENGTH, "stride": LENGTH, "first_token": C
                "bits_per_token": NONNEG, "bits_per_byte": NONNEG, "seconds": NONNEG,
                "ppl_low": POSITIVE, "ppl_high": POSITIVE, "block_loss": LIST,
                "block_tokens": LIST, "rope_scaling": OBJ, "positions": STR,
-               "positions_seed": SEED}
+               "positions_seed": SEED, "eval_tokens": TOKENS, "prefix_token": COUNT,
+               "words": COUNT, "bytes": COUNT, "word_perplexity": POSITIVE,
+               "byte_perplexity": POSITIVE}
 SCALING_KINDS = {"method": STR, "factor": POSITIVE,
                  **{p.name: FINITE for p in scaling.all_params()}}
 POSITION_KINDS = {"mode": STR, "length": LENGTH, "first_token": COUNT, "spans": STR,
@@ -226,8 +228,12 @@ def _check_spans(file: Path, layouts: dict) -> None:
         where = f"spans {name}: "
         check_fields(file, where, record, {k: LIST for k in SPAN_ARRAYS}, SPAN_ARRAYS)
         arrays = [record[k] for k in SPAN_ARRAYS]
+        # a whole document's span begins before its first token (spans.whole_documents)
+        lowest = [-1 if k == "first" and "whole_documents" in record else 0
+                  for k in SPAN_ARRAYS]
         if len({len(a) for a in arrays}) > 1 or not arrays[0] or not all(
-                _KINDS[INT](x) and x >= 0 for a in arrays for x in a):
+                _KINDS[INT](x) and x >= low for a, low in zip(arrays, lowest, strict=True)
+                for x in a):
             raise PosexpError(f"{file} is damaged: {where}first, length and document are not "
                               "lists of one length of non-negative integers")
         check_fields(file, where, record, {"compression": OBJ})

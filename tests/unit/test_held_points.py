@@ -81,3 +81,13 @@ def test_a_pretrained_model_s_held_points_are_curve_and_passkey_alike():
         {"eval": {"task": {"name": "passkey", "eval_count": 20, "eval_seed": 1,
                            "digits": 5}}}]  # a pretrained run's passkey is eval.task
     assert [w for _, w in held] == [[(None, [32])], [(None, [(64, 0.5)])]]
+
+
+def test_a_held_lm_eval_point_is_scored_again_on_documents_drawn_for_its_eval_tokens():
+    """An lm_eval point's tokens are its whole documents' (more than eval.tokens asked): it
+    is scored again with the eval.tokens it was drawn for."""
+    spec = RunSpec.of(compose(["encoding=rope", *TINY]))
+    p = {**curve("lm_eval", 32, 32, tokens=900), "eval_tokens": 512}
+    (overrides, wanted), = workload_of(spec).held([p])[0]
+    assert overrides["eval"]["mode"] == "lm_eval" and overrides["eval"]["tokens"] == 512
+    assert wanted == [(None, [32])] and spec.scored_as(overrides).eval.tokens == 512
