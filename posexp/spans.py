@@ -220,6 +220,13 @@ def layout(val_tokens: int, document_starts: np.ndarray, n_tokens: int) -> Spans
                  np.asarray(document, dtype=np.int64), int((sizes > 0).sum()))
 
 
+def document_text(val_tokens: int, document_starts: np.ndarray) -> tuple[np.ndarray,
+                                                                          np.ndarray]:
+    """Where each document starts and how many tokens of text it has (its separator not)."""
+    starts = np.asarray(document_starts, dtype=np.int64)
+    return starts, np.append(starts[1:] - 1, val_tokens) - starts
+
+
 def whole_documents(val_tokens: int, document_starts: np.ndarray, n_tokens: int,
                     count: Callable[[np.ndarray], tuple[list[int], list[int]]]) -> Spans:
     """Whole validation documents holding at least ``n_tokens`` targets, for lm-eval's
@@ -228,9 +235,7 @@ def whole_documents(val_tokens: int, document_starts: np.ndarray, n_tokens: int,
     order.  A document's targets are its text alone (not the separator after it), each span
     ``first`` its first token - 1: it is scored after a prefix token, not after the stream
     before it.  ``count(documents)`` gives each one's words and bytes (count_text)."""
-    starts = np.asarray(document_starts, dtype=np.int64)
-    ends = np.append(starts[1:] - 1, val_tokens)  # less the separator between documents
-    text = ends - starts
+    starts, text = document_text(val_tokens, document_starts)
     if not 0 < n_tokens <= text.sum():
         raise ValueError(f"cannot score {n_tokens} targets of a validation split whose "
                          f"documents hold {int(text.sum())} tokens of text")

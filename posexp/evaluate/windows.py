@@ -48,7 +48,7 @@ from posexp import stats
 from posexp.errors import UsageError
 from posexp.evaluate.positions import PLAIN, EvalPositions
 from posexp.model import GPT
-from posexp.spans import Spans, held_targets, layout
+from posexp.spans import Spans, document_text, held_targets, layout
 
 
 @dataclass(frozen=True)
@@ -114,9 +114,18 @@ def scored_spans(val_tokens: int, documents: np.ndarray, n_tokens: int) -> Spans
         raise UsageError(f"{e}: lower eval.tokens, or raise data.val_fraction") from None
 
 
-def check_val_size(val_tokens: int, document_starts: np.ndarray, n_tokens: int) -> None:
+def check_val_size(val_tokens: int, document_starts: np.ndarray, n_tokens: int,
+                   mode: str = "nonoverlapping") -> None:
     """eval.tokens fits the split before anything is trained: a UsageError when its documents
-    with text hold fewer targets (every token but the first, less empty documents')."""
+    with text hold fewer targets (every token but the first, less empty documents'; in
+    lm_eval mode their text alone, the separators not)."""
+    if mode == "lm_eval":
+        text = int(document_text(val_tokens, document_starts)[1].sum())
+        if n_tokens > text:
+            raise UsageError(f"the validation split's documents hold {text} tokens of text; "
+                             f"eval.mode=lm_eval scores whole documents holding "
+                             f"eval.tokens={n_tokens}: lower eval.tokens, or raise "
+                             "data.val_fraction")
     held = held_targets(val_tokens, document_starts)
     if n_tokens > held:
         raise UsageError(

@@ -71,7 +71,8 @@ def load_text(spec: RunSpec, source: Source, vocab_size: int) -> Corpus:
     if corpus.vocab_size > vocab_size:
         raise UsageError(f"{source.id}'s tokenizer has {corpus.vocab_size} tokens, more than "
                          f"the {vocab_size} rows of its embeddings")
-    check_val_size(len(corpus.val), corpus.val_documents, spec.eval.tokens)
+    check_val_size(len(corpus.val), corpus.val_documents, spec.eval.tokens,
+                   Scoring.of(spec.eval).mode)
     corpus.token_bytes = token_bytes((source.path / TOKENIZER).read_text(), corpus.vocab_size)
     corpus.tokenizer = f"{source.name} tokenizer"
     return corpus

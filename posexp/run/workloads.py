@@ -200,7 +200,8 @@ class CorpusWorkload:
         if len(corpus.train) <= seq_len + 1:
             raise UsageError(f"the training split has {len(corpus.train)} tokens, fewer than "
                              f"one window of train.seq_len={seq_len}")
-        check_val_size(len(corpus.val), corpus.val_documents, self.spec.eval.tokens)
+        e = self.spec.eval
+        check_val_size(len(corpus.val), corpus.val_documents, e.tokens, Scoring.of(e).mode)
 
     def describe(self, corpus: Corpus) -> str:
         t = self.spec.train

@@ -131,3 +131,15 @@ def test_the_numbers_are_lm_evaluation_harness_s(tmp_path, monkeypatch, cache_di
         assert p["prefix_token"] == lm.prefix_token_id == 0
         assert p["tokens"] == sum(len(lm.tok_encode(t)) for t in counted) >= 1500
         assert re.fullmatch(r"[0-9a-f]{12}", p["spans"])
+
+
+def test_a_split_too_short_for_whole_documents_is_refused_before_training():
+    """Three documents of 10 tokens: 30 tokens of text, 31 targets with the separators
+    (the first token none) -- eval.tokens=31 fits the spans and not lm_eval mode."""
+    from posexp.evaluate.windows import check_val_size
+
+    starts = np.asarray([0, 11, 22])
+    check_val_size(32, starts, 31)
+    check_val_size(32, starts, 30, "lm_eval")
+    with pytest.raises(UsageError, match="30 tokens of text"):
+        check_val_size(32, starts, 31, "lm_eval")
