@@ -42,9 +42,11 @@ def pretrained(
     on the validation spans of data= (posexp's corpora, in the model's own tokenizer), per
     token and per byte, at eval.lengths (default 1/4 to 4 x the length the model was trained
     at), with eval.rope_scaling=plain,linear,ntk,dynamic,yarn,llama3,longrope and
-    eval.rope_scaling.factor=S through transformers' rope settings, and with task=passkey at
-    task.lengths and task.depths. A hub id is read from the Hugging Face cache (no network;
-    HF_HUB_OFFLINE=1 forbids it) or downloaded once. Running it again scores only what
+    eval.rope_scaling.factor=S through transformers' rope settings, and with task=passkey (or
+    RULER's niah_multikey, niah_multivalue, variable_tracking, common_words) at task.lengths
+    and task.depths. eval.mode=lm_eval gives lm-evaluation-harness's number. A hub id is
+    read from the Hugging Face cache (no network; HF_HUB_OFFLINE=1 forbids it) or downloaded
+    once. Running it again scores only what
     eval.json lacks; posexp eval RUN then scores more, posexp ls, compare and report read it
     as any run. fp32 on the CPU, bf16 on CUDA; --cfg job prints the config. --preset
     tinyllama-gpu is the GPU preset (scripts/gpu.sh pretrained).

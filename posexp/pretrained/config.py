@@ -12,7 +12,7 @@ encoding:    name (the model's name, as tables and figures call it), max_positio
 model:       d_model, n_layer, n_head, d_ff, tie_weights, init      its shape, from config.json
 train:       seq_len                                               the length it was trained at
 data:        the corpus it is scored on (posexp's data group; tokenizer: file = the model's)
-eval:        posexp's eval group, and eval.task: passkey retrieval (not identity)
+eval:        posexp's eval group, and eval.task: passkey or a RULER task (not identity)
 device, attention, results_dir, experiment, run_name
 ```
 
@@ -50,6 +50,7 @@ from posexp.config.schema import (
 from posexp.config.spec import RunSpec, frozen
 from posexp.data.tasks import PasskeyTask
 from posexp.errors import UsageError
+from posexp.pretrained.ruler import TASKS as RULER_TASKS
 from posexp.values import in_range, listed_once, positive
 
 # settings posexp pretrained takes (eval takes the evaluation ones); task=passkey and task.*
@@ -59,7 +60,8 @@ CREATE_KEYS = ("data", "eval.", "task", "device", "attention", "results_dir", "e
 EVAL_KEYS = ("eval.", "task", "device", "attention")
 # data settings that are the model's own
 MODEL_DATA = ("data.tokenizer", "data.vocab_size", "data.tokenizer_path")
-TASKS = (PasskeyTask.name,)  # what a pretrained run is scored on: passkey, in its own words
+# what a pretrained run is scored on, in its own words: passkey and RULER's tasks
+TASKS = (PasskeyTask.name, *RULER_TASKS)
 MULTIPLES = (0.25, 0.5, 1, 2, 4)  # default eval.lengths: x the length it was trained at
 TASK_MULTIPLES = (0.5, 1, 2, 4)  # default task.lengths
 
@@ -102,10 +104,11 @@ ContextConfig = read_from_model("ContextConfig", TrainConfig, "seq_len")
 
 
 @dataclass
-class PasskeyConfig(TaskConfig):
-    """eval.task: passkey retrieval at each length (in the model's tokens) and depth; the
-    task group's settings (TaskConfig: instances, their seed, depths) and the lengths and
-    key's digits the model's own tokenizer needs."""
+class PromptTaskConfig(TaskConfig):
+    """eval.task: passkey retrieval or a RULER task (pretrained/ruler.py) at each length (in
+    the model's tokens) and, where it takes one, depth; the task group's settings
+    (TaskConfig: instances, their seed, depths) and the lengths -- and passkey's key's
+    digits -- the model's own tokenizer needs."""
 
     name: str = PasskeyTask.name
     eval_count: int = 20  # instances per length and depth
@@ -115,7 +118,7 @@ class PasskeyConfig(TaskConfig):
 
 @dataclass
 class PretrainedEvalConfig(EvalConfig):
-    task: PasskeyConfig | None = None
+    task: PromptTaskConfig | None = None
 
 
 @dataclass
@@ -189,24 +192,43 @@ def split(overrides: list[str], allowed: tuple[str, ...],
 
 
 def apply(cfg: DictConfig, overrides: list[str]) -> None:
-    """Set each override (split's others) in ``cfg``: task=passkey is eval.task.name, and
+    """Set each override (split's others) in ``cfg``: task=NAME is eval.task.name, and
     task.KEY eval.task.KEY; task=null scores no task."""
+    given = set()
     for arg in overrides:
         o = parse_override(arg)
         key, value = o.key_or_group, o.value()
+        given.add(key)
         if key == "task" or key.startswith("task."):
             if key == "task" and value is not None and value not in TASKS:
                 raise UsageError(f"task={value}: a pretrained model is scored on "
                                  f"{', '.join(TASKS)} (posexp's other tasks need their own "
                                  "vocabulary and training)")
             if key != "task" and cfg.eval.task is None:
-                raise UsageError(f"{key} is set, but no task is chosen: add task=passkey")
+                raise UsageError(f"{key} is set, but no task is chosen: add task=NAME, one of "
+                                 f"{', '.join(TASKS)}")
             if key == "task":
-                cfg.eval.task = None if value is None else (cfg.eval.task or PasskeyConfig())
+                cfg.eval.task = None if value is None else (cfg.eval.task or PromptTaskConfig())
+                if value is not None:
+                    cfg.eval.task.name = value
                 continue
             key = f"eval.{key}"
         with worded():
             OmegaConf.update(cfg, key, value, merge=False)
+    refuse_unread(cfg.eval.task, given)
+
+
+def refuse_unread(task: DictConfig | None, given: set[str]) -> None:
+    """task.digits is passkey's; task.depths is read by the tasks that hide at depths."""
+    if task is None or task.name not in RULER_TASKS:
+        return
+    if "task.digits" in given:
+        raise UsageError(f"task.digits is passkey's key length; task={task.name} does not "
+                         "read it: leave it out")
+    if "task.depths" in given and not RULER_TASKS[task.name].takes_depth:
+        deep = [n for n, t in RULER_TASKS.items() if t.takes_depth]
+        raise UsageError(f"task.depths is set, but task={task.name} has no depth (passkey, "
+                         f"{' and '.join(deep)} hide at depths): leave task.depths out")
 
 
 def defaults(cfg: DictConfig) -> None:
@@ -291,5 +313,5 @@ def spec_of(cfg: DictConfig) -> RunSpec:
         train_scaling=None, original_len=int(cfg.train.seq_len),
         encoding_hparams=MappingProxyType({}), eval=frozen(EvalConfig, cfg.eval),
         encoding=frozen(PositionsConfig, cfg.encoding),
-        task_settings=None if task is None else frozen(PasskeyConfig, task),
+        task_settings=None if task is None else frozen(PromptTaskConfig, task),
         device=str(cfg.device), attention=str(getattr(cfg.attention, "value", cfg.attention)))

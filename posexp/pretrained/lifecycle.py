@@ -64,8 +64,8 @@ def data_group(overrides: list[str]) -> dict:
     data = compose_overrides(overrides, command="pretrained").data
     if is_task_data(data):
         raise UsageError("data=task is posexp's own task vocabulary; a pretrained model is "
-                         "scored on text (data=stdlib, text, hf, ...) and on passkey with "
-                         "task=passkey")
+                         "scored on text (data=stdlib, text, hf, ...) and on prompts with "
+                         "task=passkey or a RULER task (task=niah_multikey, ...)")
     check_data(data)
     check_paths(data)
     data = OmegaConf.to_container(data, enum_to_str=True)

@@ -27,7 +27,7 @@ from posexp.errors import UsageError
 from posexp.evaluate.rolling import prefix_token, scored_text
 from posexp.evaluate.windows import Scoring, check_val_size, curve_windows, score_curves
 from posexp.pretrained import config as pcfg
-from posexp.pretrained import passkey
+from posexp.pretrained import passkey, ruler
 from posexp.pretrained.model import PretrainedLM
 from posexp.pretrained.rope import Rescaler
 from posexp.pretrained.source import TOKENIZER, Source
@@ -97,11 +97,12 @@ class PretrainedWorkload:
         wants = curve_wants(e.mode, e.stride, self.spec.eval_lengths, self.spans.id,
                             self.spans.tokens, scalings)
         if task is not None:
+            depths = [float(d) for d in task.depths] if takes_depth(task.name) else [None]
             wants |= {task_point_key({
-                "task": passkey.PASSKEY, "length": n, "depth": float(d),
+                "task": task.name, "length": n, "depth": d,
                 "count": task.eval_count, "eval_seed": task.eval_seed,
-                "rope_scaling": record}): (record, (n, float(d)))
-                for record in scalings for n in task.lengths for d in task.depths}
+                "rope_scaling": record}): (record, (n, d))
+                for record in scalings for n in task.lengths for d in depths}
         return wants
 
     def every(self, scalings: Iterable[dict | None]) -> Wanted:
@@ -115,9 +116,11 @@ class PretrainedWorkload:
     def key(p: dict) -> tuple:
         return task_point_key(p) if "task" in p else point_key(p)
 
-    @staticmethod
-    def item_text(item: int | tuple[int, float]) -> str:
-        return str(item) if isinstance(item, int) else f"passkey {item[0]} at depth {item[1]:g}"
+    def item_text(self, item: int | tuple[int, float | None]) -> str:
+        if isinstance(item, int):
+            return str(item)
+        name = self.spec.task_settings.name
+        return f"{name} {item[0]}" + ("" if item[1] is None else f" at depth {item[1]:g}")
 
     def table(self, points: list[dict], corpus_tokenizer: str | None = None) -> str:
         """The curve's table (bits per byte: the model's tokens are not bytes) and
@@ -137,11 +140,25 @@ class PretrainedWorkload:
             if "task" not in p:
                 return curve_again(p, None)
             depth = None if p.get("depth") is None else float(p["depth"])
-            task = {"name": passkey.PASSKEY, "eval_count": p["count"],
-                    "eval_seed": p["eval_seed"], "digits": p["digits"]}
+            task = {"name": p["task"], "eval_count": p["count"], "eval_seed": p["eval_seed"]}
+            if p["task"] == passkey.PASSKEY:
+                task["digits"] = p["digits"]
             return {"eval": {"task": task}}, (p.get("rope_scaling"), (p["length"], depth))
 
         return gather(points, again)
+
+
+def takes_depth(name: str) -> bool:
+    """Whether task ``name`` places what it hides at depths (passkey, the needles)."""
+    return name == passkey.PASSKEY or ruler.TASKS[name].takes_depth
+
+
+def task_point(task, length: int, depth: float | None, record: dict | None) -> dict:
+    """An unscored point of the prompt task eval.task names (passkey or RULER's)."""
+    if task.name == passkey.PASSKEY:
+        return passkey.point(length, depth, task.eval_count, task.eval_seed, task.digits,
+                             record)
+    return ruler.point(task.name, length, depth, task.eval_count, task.eval_seed, record)
 
 
 def score(lm: PretrainedLM, tokenizer, run: Run, spec: RunSpec, corpus: Corpus,
@@ -169,9 +186,9 @@ def score(lm: PretrainedLM, tokenizer, run: Run, spec: RunSpec, corpus: Corpus,
                 score_curves(lm, corpus.val, [(record, lengths)], scoring, spans, device,
                              corpus.token_bytes, rescaler.set, write, progress=bar.update)
                 for n, d in cells:  # each written as it comes: the slow part on a GPU
-                    p = passkey.point(n, d, task.eval_count, task.eval_seed, task.digits,
-                                      record)
-                    passkey.score_point(lm.model, prompter, p, lm.max_positions)
+                    p = task_point(task, n, d, record)
+                    scorer = passkey if task.name == passkey.PASSKEY else ruler
+                    scorer.score_point(lm.model, prompter, p, lm.max_positions)
                     run.write_eval([], None, tasks=[p], **fields)
                     bar.update(1)
         finally:
