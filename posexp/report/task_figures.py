@@ -1,6 +1,7 @@
 """The figures of task runs: accuracy against instance length per task and metric the
 report shows (tasks.py: exact match, or the metric a claim suite's verdicts use), and for
-passkey a heatmap of exact match over context length and depth of the key."""
+each task that hides at depths (passkey, the needles) a heatmap of exact match over context
+length and depth."""
 
 from __future__ import annotations
 
@@ -106,8 +107,9 @@ def task_figure(series: list[TaskSeries], task: str, metric: str = EXACT):
                f"{name} (share of {'instances' if metric == EXACT else 'answer tokens'})")
     caption = interval_caption(shown) + coinciding(lines)
     if takes_depth(task):
-        caption.append("Passkey: each point is the accuracy averaged over the depths of the "
-                       "key (tasks-passkey-heatmap shows each depth).")
+        caption.append(f"{'Passkey' if task == 'passkey' else task}: each point is the "
+                       "accuracy averaged over the depths of the key "
+                       f"(tasks-{task}-heatmap shows each depth).")
     caption += task_notes(ours, cells)
     references = (((":", "longest training instance"),) * bool(longest)
                   + (("--", "chance (best constant answer)"),) * bool(chance))
@@ -138,12 +140,13 @@ def _panel_text(columns: int) -> tuple[float, float, float, int]:
             int(0.7 * look.width / columns * 72 / (0.55 * look.label)))
 
 
-def passkey_heatmap(series: list[TaskSeries]):
-    """Per passkey series (up to MAX_PANELS), exact match over context length x depth, depth
-    0 (the key at the start) on top; None when no passkey series has an applicable point."""
+def depth_heatmap(series: list[TaskSeries], task: str):
+    """Per series of ``task`` (one that hides at depths: passkey, the needles; up to
+    MAX_PANELS), exact match over context length x depth, depth 0 (the key at the start) on
+    top; None when none has an applicable point."""
     from matplotlib import colormaps, patheffects
 
-    grids = [(s, passkey_grid(s)) for s in series if takes_depth(s.task)]
+    grids = [(s, passkey_grid(s)) for s in series if s.task == task]
     drawn = [(s, g) for s, g in grids if np.isfinite(g[2]).any()]
     if not drawn:
         return None
@@ -158,7 +161,8 @@ def passkey_heatmap(series: list[TaskSeries]):
     columns = min(PANEL_COLUMNS, len(drawn), max(1, int(current().width // 2)))
     rows = math.ceil(len(drawn) / columns)
     tick, label, cell, wrap = _panel_text(columns)
-    fig, body = titled("Passkey retrieval: exact match by context length and depth of the key",
+    title = "Passkey retrieval" if task == "passkey" else task
+    fig, body = titled(f"{title}: exact match by context length and depth of the key",
                         _task_subtitle([s for s, _ in drawn]), 3.0 * rows + 0.6)
     axes = body.subplots(rows, columns, squeeze=False)
     cmap = colormaps["viridis"].with_extremes(bad="#dddddd")
@@ -200,11 +204,12 @@ def _tasks(report: Report) -> Iterator[tuple[str, object]]:
                 yield f"tasks-{task}" + (f"-{metric}" if k else ""), fig
 
 
-def _passkey(report: Report) -> Iterator[tuple[str, object]]:
-    fig = passkey_heatmap(report.tasks)
-    if fig is not None:
-        yield "tasks-passkey-heatmap", fig
+def _depth_heatmaps(report: Report) -> Iterator[tuple[str, object]]:
+    """tasks-TASK-heatmap of each task that hides at depths."""
+    for task in task_groups(report.tasks):
+        if takes_depth(task) and (fig := depth_heatmap(report.tasks, task)) is not None:
+            yield f"tasks-{task}-heatmap", fig
 
 
 register_figure(Figure("tasks", 30, _tasks))
-register_figure(Figure("passkey_heatmap", 40, _passkey))
+register_figure(Figure("depth_heatmaps", 40, _depth_heatmaps))

@@ -2,7 +2,8 @@
 points -- exact match on held-out instances at each instance length, and for passkey at
 each depth of the key in its context.  Its series are grouped as perplexity series are (one
 identity but the seed), one per task scored and RoPE scaling, and get a table per task and
-metric (here) and a figure per task and metric and a passkey heatmap (task_figures.py).
+metric (here) and a figure per task and metric, and a length x depth heatmap of each task
+that hides at depths (task_figures.py).
 
 The metric is the one a reader's conclusions rest on: exact match by default, and in a claim
 suite's report the accuracy its verdicts compare (the preset's thresholds.metric: exact or
@@ -349,7 +350,7 @@ def _task_table(task: str, ours: list[TaskSeries], metric: str) -> list[str]:
     words = length_unit(task) or "length"
     lines = [f"### {task}: {METRICS[metric].name} by {words}", "",
              instances_text(ours) + (". Mean over the depths at each length "
-                                     "(tasks-passkey-heatmap shows each depth)."
+                                     f"(tasks-{task}-heatmap shows each depth)."
                                      if takes_depth(task) else "."), "",
              "| " + " | ".join(["encoding", "L_train", *extra, "train ≤", "seeds",
                                 *map(str, lengths)]) + " |",

@@ -111,7 +111,7 @@ def test_a_pretrained_model_is_scored_on_ruler_tasks(tmp_path, monkeypatch, cach
         [(n, d) for n in (256, 512, 768, 1024) for d in (0.0, 0.5, 1.0)]
     scored = [p for p in points if p["applicable"]]
     assert {p["length"] for p in scored} == {512, 768, 1024}  # 256 holds no bare prompt
-    assert all("without filler, more than 256" in p["reason"] for p in points
+    assert all("without filler takes more than 256 tokens" in p["reason"] for p in points
                if not p["applicable"])
     assert all(0 <= p["token_acc"] <= 1 and p["answer_loss"] > 0
                and p["prompt_tokens"] <= p["length"] for p in scored)
