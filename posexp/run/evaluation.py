@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -22,7 +23,7 @@ from posexp.run.protocols import Held, Scored, Wanted
 from posexp.run.setup import build_model, pick_device
 from posexp.run.training import Interrupted
 from posexp.run.workloads import group, wanted_text, workload_of
-from posexp.runs import CHECKPOINT, EVAL, Run, code_record, now
+from posexp.runs import CHECKPOINT, EVAL, Run, code_record, now, point_scaling, region
 from posexp.sinks import Sink
 from posexp.version import PROTOCOL
 
@@ -82,7 +83,10 @@ def set_aside_other_code(run: Run, scored: dict, work: Scored,
         return scored, unfinished(run, scored, work, scalings)
     asked = set(work.requested(scalings, scored) or {})
     held, lost = work.held([p for p in work.points(scored) if work.key(p) not in asked])
-    held += unfinished(run, scored, work, scalings, say=False)  # a copy's, stopped before
+    n = sum(len(items) for _, wanted in held for _, items in wanted)
+    again, unbuilt = per_position_again(work, scored, held)
+    held += again + unfinished(run, scored, work, scalings, say=False)  # a copy's, stopped
+    lost += unbuilt
     if lost:
         raise PosexpError(
             f"{run.path}: eval.json holds {len(lost)} {work.what}(s) scored by other code "
@@ -91,12 +95,38 @@ def set_aside_other_code(run: Run, scored: dict, work: Scored,
             "them aside: score it with the posexp that wrote them, or train it again "
             "(train.resume=false)")
     aside = run.restart_eval("other-code")
-    n = sum(len(items) for _, wanted in held for _, items in wanted)
-    also = f", and the {n} others it held, are" if n else " is"
+    records = f" (and {len(again)} per-position record(s))" if again else ""
+    also = f", and the {n} others it held{records}, are" if n else " is"
     print(f"posexp: {run.path}: eval.json holds points scored by other code ({other}); it is "
           f"kept as {aside.name}, and every {work.what} asked for{also} scored again with "
           "this code", file=sys.stderr)
     return {k: type(v)() for k, v in EMPTY.items()}, held
+
+
+def per_position_again(work: Scored, scored: dict, held: Held) -> tuple[Held, list[dict]]:
+    """The groups that rebuild each per-position record of ``scored`` (an eval.json of
+    other code) that ``held`` would not: a curve scored as trained makes its record at its
+    longest length that a span holds (evaluate.windows.per_position_length), so a record at
+    another length is scored again from a curve point of its length and region alone; and
+    the records no point can rebuild."""
+    out, lost = [], []
+    for record in scored.get("per_position", []):
+        length, where = record["length"], region(record)
+        layout = scored.get("spans", {}).get(record.get("spans") or "", {})
+        span = max(layout.get("length") or [math.inf])  # its longest span (unknown: none)
+        made = {(json.dumps(o, sort_keys=True), max(fit)) for o, wanted in held
+                for r, items in wanted if r is None
+                and (fit := [n for n in items if isinstance(n, int) and n <= span])}
+        same = [p for p in scored.get("curve", []) if p["length"] == length
+                and region(p) == where and point_scaling(p) is None
+                and p.get("positions") != scaling.CONSECUTIVE]
+        same.sort(key=lambda p: p["mode"] != "nonoverlapping")
+        groups, _ = work.held(same[:1]) if same else ([], [])
+        if not groups:
+            lost.append(record)
+        elif (json.dumps(groups[0][0], sort_keys=True), length) not in made:
+            out += groups
+    return out, lost
 
 
 def check_protocol(run: Run, info: dict, doing: str) -> None:

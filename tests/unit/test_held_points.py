@@ -91,3 +91,28 @@ def test_a_held_lm_eval_point_is_scored_again_on_documents_drawn_for_its_eval_to
     (overrides, wanted), = workload_of(spec).held([p])[0]
     assert overrides["eval"]["mode"] == "lm_eval" and overrides["eval"]["tokens"] == 512
     assert wanted == [(None, [32])] and spec.scored_as(overrides).eval.tokens == 512
+
+
+def test_a_per_position_record_no_held_group_rebuilds_is_scored_again_on_its_own():
+    """Two commands' records, [16, 32, 64] and [128], re-scored as one group make the
+    per-position loss at 128 only: the record at 64 is rebuilt by a group of 64 alone."""
+    from posexp.run.evaluation import per_position_again
+
+    spec = RunSpec.of(compose(["encoding=rope", *TINY]))
+    work = workload_of(spec)
+    points = [curve("nonoverlapping", n, n) for n in (16, 32, 64, 128)]
+    records = [{"mode": "nonoverlapping", "length": n, "spans": "abc", "tokens": 512}
+               for n in (64, 128)]
+    held, lost = work.held(points)
+    assert lost == [] and [max(items) for _, w in held for _, items in w] == [128]
+    again, unbuilt = per_position_again(work, {"curve": points, "per_position": records},
+                                        held)
+    assert unbuilt == [] and [w for _, w in again] == [[(None, [64])]]
+    # spans no longer than 40: the group makes its record at 32, and one at 32 needs no other
+    at32 = {"curve": points, "per_position": [{**records[0], "length": 32}],
+            "spans": {"abc": {"length": [40, 30]}}}
+    assert per_position_again(work, at32, held) == ([], [])
+    # a record with no curve point of its length and region is one nothing rebuilds
+    orphan = {**records[0], "length": 256}
+    assert per_position_again(work, {"curve": points, "per_position": [orphan]}, held) \
+        == ([], [orphan])
