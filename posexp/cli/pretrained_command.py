@@ -34,7 +34,7 @@ def pretrained(
                                            "MODEL, revision and overrides; MODEL and the "
                                            "overrides given here come after its own."),
 ) -> None:
-    """Score a pretrained causal LM: perplexity against length, RoPE scaling and passkey.
+    """Score a pretrained causal LM: perplexity against length, RoPE scaling, passkey and RULER.
 
     Makes a run directory for MODEL (results/default/<name>: results_dir, experiment and
     run_name as for any run) whose identity is the model's id, revision and the SHA-256 of
