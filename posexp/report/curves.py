@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from posexp.report.series import Series
-from posexp.runs import RunResult
+from posexp.runs import Region, RunResult
 from posexp.scaling import overrides as scaling_overrides
 from posexp.stats import LEVEL, Interval, over_seeds
 
@@ -169,14 +169,19 @@ def stride_note(curves: list[Curve]) -> str:
 
 def not_scored(series: list[Series], mode: str) -> list[str]:
     """One line per run of the report (a seed of a config, on a region) that holds points of
-    another mode but none of ``mode``, with the command that scores it."""
-    have = {(s.config, s.scaling, s.region, r.seed) for s in series if s.mode == mode
-            for r in s.members}
+    another mode but none of ``mode``, with the command that scores it.  lm_eval mode's whole
+    documents are never a span mode's region: across the two a run counts as scored in
+    ``mode`` by any point of it."""
+    def where(s: Series) -> Region | None:
+        return None if "lm_eval" in (mode, s.mode) else s.region
+
+    have = {(s.config, s.scaling, at, r.seed) for s in series if s.mode == mode
+            for r in s.members for at in (s.region, None)}
     lines: dict[tuple, str] = {}
     for s in series:
         scaled = scaling_overrides(s.scaling)
         for r in s.members:
-            if (s.config, s.scaling, s.region, r.seed) not in have:
+            if (s.config, s.scaling, where(s), r.seed) not in have:
                 lines.setdefault((str(r.path), s.scaling), f"{s.label}: posexp eval {r.path} "
                                                            f"eval.mode={mode}{scaled}")
     return list(lines.values())

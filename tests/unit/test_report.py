@@ -659,6 +659,21 @@ def test_a_run_without_points_of_a_mode_is_named_with_the_command_that_scores_it
         in markdown(runs, [], "t")
 
 
+def test_lm_eval_documents_are_no_region_of_a_span_mode(tmp_path):
+    """A run with nonoverlapping and lm_eval points (whole documents: another layout) is
+    scored in both; one without lm_eval points is named in the lm_eval figure alone."""
+    whole = spans_of(256, val_tokens=20_000)
+    make_run(tmp_path, "rope", points=curve({16: 4.0, 32: 5.0})
+             + curve({16: 3.0, 32: 3.5}, mode="lm_eval", region=whole))
+    alibi = make_run(tmp_path, "alibi", encoding="alibi", ppl={16: 4.5, 32: 4.4})
+    runs = load_runs(tmp_path)[0]
+    lm_eval = caption(extrapolation_figure(runs, "lm_eval"))
+    missing = lm_eval.split("not scored in lm_eval mode: ", 1)[1]
+    assert missing.startswith("alibi L=16") and missing.count("posexp eval") == 1
+    assert missing.endswith(f"posexp eval {alibi} eval.mode=lm_eval")
+    assert "not scored" not in caption(extrapolation_figure(runs, NO))
+
+
 def test_stride_settings_of_sliding_points():
     def points(*pairs):
         return [{"length": length, "stride": stride} for length, stride in pairs]
