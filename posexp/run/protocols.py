@@ -47,9 +47,9 @@ class Scored(Protocol):
     def key(p: dict) -> tuple:
         """A point's eval.json key."""
 
-    @staticmethod
-    def item_text(item: Any) -> str:
-        """An item of Wanted (a length, or a length and depth) in words."""
+    def item_text(self, item: Any) -> str:
+        """An item of Wanted (a length, or a length and depth) in words: always called on a
+        workload, whose settings may name it (a pretrained run's task)."""
 
     def table(self, points: list[dict], corpus_tokenizer: str | None) -> str:
         """The table printed at the end of scoring."""

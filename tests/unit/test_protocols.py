@@ -19,7 +19,7 @@ def test_every_workload_implements_its_protocol():
     assert _members(Scored) <= set(dir(PretrainedWorkload))
     # as the drivers call them: a static method is called on the instance with one argument
     for cls in (CorpusWorkload, TaskWorkload, PretrainedWorkload):
-        for name in ("points", "key", "item_text"):
+        for name in ("points", "key"):
             assert isinstance(inspect.getattr_static(cls, name), staticmethod), (cls, name)
         params = list(inspect.signature(cls.requested).parameters)
         assert params == ["self", "scalings", "scored"], cls.__name__
