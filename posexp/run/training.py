@@ -176,6 +176,11 @@ def duration(seconds: float) -> str:
         f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
+# tqdm's monitor thread adjusts the refresh of bars updated rarely, which these are not; and
+# its start, with every first bar, swallows any exception raised meanwhile, as a signal's is
+tqdm.monitor_interval = 0
+
+
 class Progress:
     """Progress of a long loop: a bar on a terminal (tqdm); elsewhere -- nohup, a pipe, a
     parallel sweep's job, whose lines are whole -- one plain line every progress_every()
@@ -404,12 +409,12 @@ def fit(model: GPT, workload: Workload, data, spec: RunSpec, run: Run | None,
     if world.main and loop.first_step == 0:
         note_rounding(t, plan)
     model.train()
-    bar = Progress(plan.total_steps * plan.tokens_per_step, "tok",
-                   f"{spec.encoding.name} L={t.seq_len}", progress and world.main,
-                   initial=loop.first_step * plan.tokens_per_step, watch_stop=False,
-                   unit_scale=True)
     loop.start = time.perf_counter()
-    with StopSignals() as signals:
+    with StopSignals() as signals:  # a signal from here on waits for the end of a step
+        bar = Progress(plan.total_steps * plan.tokens_per_step, "tok",
+                       f"{spec.encoding.name} L={t.seq_len}", progress and world.main,
+                       initial=loop.first_step * plan.tokens_per_step, watch_stop=False,
+                       unit_scale=True)
         for step in range(loop.first_step, plan.total_steps):
             loss, grad_norm, lr = loop.step(step)
             if step == 0:

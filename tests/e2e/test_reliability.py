@@ -1,4 +1,5 @@
 """Interruptions, divergence, damaged files and bad input, through the real CLI."""
+import contextlib
 import json
 import os
 import random
@@ -190,3 +191,39 @@ def test_results_dir_that_cannot_be_created(posexp, tmp_path):
 def test_unknown_launcher(posexp):
     r = posexp("sweep", "encoding=nope", "hydra/launcher=ray", *TINY)
     assert r.returncode == 2 and "there is no hydra/launcher 'ray'" in r.stderr
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_as_training_starts_is_never_lost(posexp, tmp_path, monkeypatch, sig, code):
+    """A signal that comes while the progress bar is made -- the first moment of training,
+    where a Ctrl-C lands and where tqdm started a thread inside an ``except Exception`` that
+    swallowed the signal's exception: 4 of 8 such Ctrl-Cs were lost, and the run trained on
+    to its end -- stops the run after its first step, checkpointed."""
+    import posexp.run.training as training
+
+    class SignalledBar(training.tqdm):
+        def __init__(self, *args, **kwargs):
+            with contextlib.suppress(Exception):  # as a library's code may: the handler's
+                os.kill(os.getpid(), sig)         # exception goes no further
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(training, "tqdm", SignalledBar)
+    r = posexp("train", *LONG, "experiment=early")
+    assert r.returncode == code, r.stderr
+    assert "stopped by SIG" in r.stderr and "at step 1; checkpoint saved" in r.stderr, r.stderr
+    run = tmp_path / "out/early/rope-L16-s0"
+    assert read_json(run / "run.json")["status"] == "interrupted"
+    assert torch.load(run / "checkpoint.pt", weights_only=True)["step"] == 1
+
+
+def test_a_progress_bar_starts_no_thread(monkeypatch):
+    """tqdm's monitor thread, started with a first bar, would be started inside an
+    ``except Exception`` that swallows a signal's exception raised meanwhile."""
+    import threading
+
+    from posexp.run.training import Progress, tqdm
+
+    monkeypatch.setattr(tqdm, "monitor", None)  # as in a fresh process
+    before = set(threading.enumerate())
+    with Progress(10, "tok", "rope", enabled=True):
+        assert set(threading.enumerate()) == before
