@@ -13,6 +13,7 @@ import pytest
 from posexp import cli
 from posexp import config as C
 from posexp.cli.args import parse_args
+from tests import forkserver
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -67,15 +68,13 @@ def cache_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def posexp_process(cache_dir, tmp_path):
-    """Run the installed CLI in a subprocess, from tmp_path, with a shared token cache."""
+    """``python -m posexp ARGS`` as a process of its own (forked warm where a fresh one
+    would import alike: tests/forkserver.py), from tmp_path, with a shared token cache."""
 
     def run(*args: str, cwd: Path | None = None, env: dict | None = None):
         full_env = {**os.environ, "POSEXP_CACHE": str(cache_dir), **(env or {})}
         full_env.pop("POSEXP_DEBUG", None)
-        return subprocess.run(
-            [sys.executable, "-m", "posexp", *args], cwd=cwd or tmp_path, env=full_env,
-            capture_output=True, text=True, timeout=600,
-        )
+        return forkserver.run(list(args), cwd=cwd or tmp_path, env=full_env, timeout=600)
 
     return run
 

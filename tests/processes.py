@@ -3,10 +3,9 @@ its run to reach a step."""
 
 import json
 import os
-import subprocess
-import sys
 import time
 
+from tests import forkserver
 from tests.conftest import TINY
 
 LONG = [a for a in TINY if not a.startswith(("train.tokens", "train.log_every"))] + [
@@ -16,8 +15,7 @@ LONG = [a for a in TINY if not a.startswith(("train.tokens", "train.log_every"))
 
 def start(cache_dir, cwd, *args):
     env = {**os.environ, "POSEXP_CACHE": str(cache_dir)}
-    return subprocess.Popen([sys.executable, "-m", "posexp", *args], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return forkserver.popen(list(args), cwd=cwd, env=env)
 
 
 def last_step(run_dir):

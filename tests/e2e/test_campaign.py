@@ -3,12 +3,11 @@ status 3, runs checkpointed, claims pending) and continued to the numbers of a c
 was never stopped; and its runs handed to Hydra's joblib launcher."""
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 from posexp.timelimit import TIME_LIMIT_EXIT
+from tests import forkserver
 from tests.conftest import read_json
 from tests.unit.test_reproduce import SMALL, THRESHOLDS
 
@@ -31,9 +30,9 @@ def whole(cache_dir, tmp_path_factory):
     stopped and continued one must come to."""
     root = tmp_path_factory.mktemp("whole")
     preset = tiny_preset(root / "tiny.yaml", rope_tokens=65536)
-    r = subprocess.run([sys.executable, "-m", "posexp", "reproduce", "--preset", str(preset),
-                        "--results-dir", "whole"], cwd=root, capture_output=True, text=True,
-                       env={**os.environ, "POSEXP_CACHE": str(cache_dir)}, timeout=600)
+    r = forkserver.run(["reproduce", "--preset", str(preset), "--results-dir", "whole"],
+                       cwd=root, env={**os.environ, "POSEXP_CACHE": str(cache_dir)},
+                       timeout=600)
     assert r.returncode == 0, r.stderr
     return root / "whole" / "claims"
 

@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from omegaconf import OmegaConf
 
 from posexp.runs import Run
 from posexp.runs.records import contents_sha256
+from tests import forkserver
 from tests.conftest import TINY, copy_run, in_process, read_json
 from tests.runs_on_disk import FINGERPRINT, curve_point, losses, write_run
 
@@ -39,8 +39,7 @@ def cli(cache_dir: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
     the test after two minutes instead of holding the suite."""
     env = {**os.environ, "POSEXP_CACHE": str(cache_dir)}
     env.pop("POSEXP_DEBUG", None)
-    return subprocess.run([sys.executable, "-m", "posexp", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return forkserver.run(list(args), cwd=cwd, env=env, timeout=120)
 
 
 def strict_json(path: Path) -> dict:

@@ -9,13 +9,12 @@ import contextlib
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from tests import forkserver
 from tests.conftest import TINY, copy_run, read_json
 
 NO_BATCH = [a for a in TINY if not a.startswith("train.batch_tokens")]
@@ -42,8 +41,7 @@ def alive(pid: int) -> bool:
 def start(cache_dir: Path, cwd: Path, *args: str, env: dict | None = None):
     full = {**os.environ, "POSEXP_CACHE": str(cache_dir), **(env or {})}
     full.pop("POSEXP_DEBUG", None)
-    return subprocess.Popen([sys.executable, "-m", "posexp", *args], cwd=cwd, env=full,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return forkserver.popen(list(args), cwd=cwd, env=full)
 
 
 def test_a_run_says_its_rounded_budget_its_progress_and_that_it_learned_nothing(posexp,

@@ -6,12 +6,12 @@ import pty
 import re
 import struct
 import subprocess
-import sys
 import termios
 import threading
 
 from posexp import stats
 from posexp.listing import number
+from tests import forkserver
 from tests.conftest import TINY, assert_usage_error, read_json
 from tests.runs_on_disk import curve_point, losses, write_run
 from tests.unit.test_listing import ANSI
@@ -141,9 +141,8 @@ def on_a_terminal(args: list[str], cwd, env: dict) -> str:
 
     reader = threading.Thread(target=drain)
     reader.start()
-    r = subprocess.run([sys.executable, "-m", "posexp", *args], cwd=cwd, env=env,
-                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=slave,
-                       timeout=600)
+    r = forkserver.run(list(args), cwd=cwd, env=env, stdout=subprocess.DEVNULL,
+                       stderr=slave, timeout=600)
     os.close(slave)
     reader.join()
     os.close(master)

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from tests import forkserver
 from tests import pretrained_models as tiny
 from tests.conftest import read_json
 
@@ -141,11 +142,10 @@ def test_an_evaluation_stopped_part_way_keeps_its_points_and_resumes(models, tmp
                                                                      cache_dir):
     import signal
 
-    argv = [sys.executable, "-m", "posexp", "pretrained", str(models["llama"]),
+    argv = ["pretrained", str(models["llama"]),
             *args(models, "task=passkey", "task.lengths=[300,600,900]", "task.eval_count=20")]
     env = {**os.environ, "POSEXP_CACHE": str(cache_dir)}
-    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = forkserver.popen(argv, cwd=tmp_path, env=env)
     scored = tmp_path / "out" / "default" / "tiny-llama" / "eval.json"
     deadline = time.time() + 300
     while not (scored.exists() and json.loads(scored.read_text() or "{}").get("tasks")):
@@ -160,8 +160,7 @@ def test_an_evaluation_stopped_part_way_keeps_its_points_and_resumes(models, tmp
     kept = read_json(scored)
     assert read_json(run / "run.json")["status"] == "interrupted"
     assert 1 <= len(kept["tasks"]) < 15 and len(kept["curve"]) == 3
-    again = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True,
-                           timeout=600)
+    again = forkserver.run(argv, cwd=tmp_path, env=env, timeout=600)
     assert again.returncode == 0, again.stderr
     line = next(line for line in again.stderr.splitlines() if " -> " in line)
     assert line.count("passkey ") == 15 - len(kept["tasks"]), line

@@ -3,13 +3,12 @@ import csv
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from posexp.config import CONFIG_DIR
+from tests import forkserver
 from tests.conftest import TINY, read_json
 
 # encodings by glob: posexp plans the jobs, and Hydra's launchers get the same two spelled out
@@ -34,8 +33,7 @@ def basic_sweep(cache_dir, tmp_path_factory):
     cwd = tmp_path_factory.mktemp("sweep")
     env = {**os.environ, "POSEXP_CACHE": str(cache_dir)}
     env.pop("POSEXP_DEBUG", None)
-    r = subprocess.run([sys.executable, "-m", "posexp", "sweep", *GRID, "experiment=basic"],
-                       cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    r = forkserver.run(["sweep", *GRID, "experiment=basic"], cwd=cwd, env=env, timeout=600)
     return r, cwd / "out" / "basic"
 
 
