@@ -49,6 +49,8 @@ WARM = ["torch", "torch._dynamo", "torch.fx.experimental.symbolic_shapes", "hydr
 IMPORT_KEYS = ("PYTHON", "OMP_", "MKL_", "KMP_", "OPENBLAS_", "NUMEXPR_", "TORCH", "PYTORCH",
                "CUDA", "LD_", "MPL", "MATPLOTLIB", "HOME", "XDG_", "TMPDIR", "TEMP", "TMP",
                "HYDRA_FULL_ERROR")
+# set in the tests' own process by torch.compile, and read when compiling, not at import
+RUNTIME_KEYS = {"TORCHINDUCTOR_CACHE_DIR"}
 DEFAULT_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
                    signal.SIGALRM, signal.SIGCHLD)
 
@@ -107,7 +109,7 @@ class Server:
 
     def can_run(self, cwd: Path, env: dict) -> bool:
         """Whether a fork gives what a fresh process started so would import."""
-        keys = {k for k in (*env, *self.env) if k.startswith(IMPORT_KEYS)}
+        keys = {k for k in (*env, *self.env) if k.startswith(IMPORT_KEYS)} - RUNTIME_KEYS
         return (all(env.get(k) == self.env.get(k) for k in keys)
                 and not os.path.lexists(Path(cwd) / "posexp"))
 

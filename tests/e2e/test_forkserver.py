@@ -60,6 +60,15 @@ def test_a_forked_posexp_is_a_process_of_its_own(tmp_path, cache_dir):
     assert stopped.returncode == 130 and "stopped by SIGINT" in err, err
 
 
+def test_what_torch_compile_sets_in_the_tests_process_still_forks(tmp_path):
+    """torch.compile sets TORCHINDUCTOR_CACHE_DIR in its process, read when compiling: a
+    test after a compiling one still gets a forked process."""
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path)}
+    with forkserver.popen(["--help"], cwd=tmp_path, env=env) as proc:
+        assert isinstance(proc, forkserver.Forked)
+        proc.communicate(timeout=120)
+
+
 @pytest.mark.parametrize("change", ["OMP_NUM_THREADS", "HOME", "posexp"])
 def test_a_process_whose_imports_would_differ_is_a_fresh_one(change, tmp_path):
     env = dict(os.environ)
